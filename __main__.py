@@ -1,0 +1,3 @@
+from stepcritic.cli import main
+
+raise SystemExit(main())

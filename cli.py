@@ -1,0 +1,51 @@
+"""The `stepcritic` command: one subcommand per stage, each owned by its stage.
+
+Stage CLI modules import only the standard library at module level, so `--help` is instant;
+torch/transformers load inside `main` when a command actually runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> module exposing `make_parser(parser)` and `main(args)`
+COMMANDS = {
+    "data": ("stepcritic.data_prep.cli", "build datasets: ingest annotated chains, synthesise chains, build SFT/preference/reward data"),
+    "train": ("stepcritic.train.cli", "train a critic (sft, dpo, prm, reward, grpo) from a YAML recipe"),
+    "eval": ("stepcritic.eval.cli", "score judges (trained, prompted, API, baselines) on chains and write a report"),
+    "demo": ("stepcritic.eval.demo", "the offline end-to-end job: synthetic data -> trained tiny critic -> evaluation report"),
+}
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stepcritic",
+        description="Turn step-annotated multimodal chains of thought into trained critics, and benchmark them.",
+        epilog="Run `stepcritic COMMAND --help` for each command's options.",
+    )
+    from stepcritic import __version__
+
+    parser.add_argument("--version", action="version", version=f"stepcritic {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        mod.make_parser(sp)
+        sp.set_defaults(_main=mod.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._main(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

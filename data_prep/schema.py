@@ -1,0 +1,323 @@
+"""The canonical chain schema: one record per reasoning chain, every later stage reads this.
+
+A chain is a plain dict (see `CHAIN_FIELDS` / `STEP_FIELDS`); `validate_chain` normalises one and
+raises `SchemaError` naming the record and the field; `save_chains`/`load_chains` store a list of
+chains as a self-contained Hugging Face dataset (images embedded as bytes in the `Image` feature).
+
+Label vocabularies follow MiCEval (step types, per-aspect labels, error types) and VISCO
+(per-step correctness with reference critiques).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+from typing import Any, Iterable
+
+STEP_TYPES = ("description", "reasoning", "both")
+DESCRIPTION_CORRECTNESS = ("correct", "partial", "unsupported")
+DESCRIPTION_RELEVANCE = ("both", "image", "logic", "none")
+DESCRIPTION_ERRORS = ("entity", "attribute", "spatial", "non_spatial")
+LOGIC_ERRORS = ("inter", "intra", "both")
+
+# field -> allowed values (None always allowed unless the field is required)
+STEP_VOCAB = {
+    "type": STEP_TYPES,
+    "description_correctness": DESCRIPTION_CORRECTNESS,
+    "description_relevance": DESCRIPTION_RELEVANCE,
+    "logic_error": LOGIC_ERRORS,
+}
+STEP_BOOLS = ("correct", "logic_correct", "logic_relevant", "informative")
+
+STEP_FIELDS = (
+    "text", "type", "correct", "description_correctness", "description_relevance", "description_errors",
+    "logic_correct", "logic_relevant", "informative", "logic_error", "explanations", "premises", "human_score",
+)
+CHAIN_FIELDS = (
+    "chain_id", "group_id", "source", "image", "question", "reference_answer", "final_answer",
+    "answer_correct", "chain_correct", "generator", "category", "steps", "meta",
+)
+
+
+class SchemaError(ValueError):
+    """A record breaks the schema. `where` names the record (file:line or chain id), `field` the field."""
+
+    def __init__(self, message: str, where: str | None = None, field: str | None = None):
+        self.where, self.field, self.reason = where, field, message
+        prefix = ", ".join(p for p in (where, f"field '{field}'" if field else None) if p)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+# ----------------------------------------------------------------------------- step semantics
+
+def describes(step: dict) -> bool:
+    return step.get("type") in ("description", "both")
+
+
+def reasons(step: dict) -> bool:
+    return step.get("type") in ("reasoning", "both")
+
+
+def step_correct_from_aspects(step: dict) -> bool | None:
+    """MiCEval's "Correct Step": every aspect that applies to the step's type is right.
+
+    Description aspects: correctness is `correct` and relevance is `both` (relevant to the image AND
+    the question; "image only", "logic only" and "none" are relevance errors, Table 6).
+    Reasoning aspects: logically correct, relevant and informative. Returns None when the type or a
+    needed aspect is unlabelled.
+    """
+    if step.get("type") not in STEP_TYPES:
+        return None
+    checks: list[bool | None] = []
+    if describes(step):
+        dc, dr = step.get("description_correctness"), step.get("description_relevance")
+        checks += [None if dc is None else dc == "correct", None if dr is None else dr == "both"]
+    if reasons(step):
+        checks += [step.get("logic_correct"), step.get("logic_relevant"), step.get("informative")]
+    if any(c is False for c in checks):
+        return False
+    if any(c is None for c in checks):
+        return None
+    return True
+
+
+def human_score(step: dict) -> float | None:
+    """MiCEval's mapping for correlation: 1 correct, 0.5 partially correct description, 0 otherwise."""
+    if step.get("correct") is None:
+        return None
+    if step["correct"]:
+        return 1.0
+    partial_only = (
+        describes(step)
+        and step.get("description_correctness") == "partial"
+        and step.get("description_relevance") in (None, "both")
+        and not (reasons(step) and False in (step.get("logic_correct"), step.get("logic_relevant"), step.get("informative")))
+    )
+    return 0.5 if partial_only else 0.0
+
+
+def group_id_for(image_key: str, question: str) -> str:
+    """Same image + same question => same group (leakage-free splits, choice ranking, reward pairs)."""
+    h = hashlib.sha1(f"{image_key}\x00{question.strip()}".encode()).hexdigest()
+    return h[:16]
+
+
+def image_fingerprint(image: Any) -> str:
+    """A stable key for an image value (path, bytes dict, PIL image), used for group ids."""
+    if isinstance(image, dict):
+        if image.get("bytes"):
+            return hashlib.sha1(image["bytes"]).hexdigest()
+        return str(image.get("path"))
+    if isinstance(image, (bytes, bytearray)):
+        return hashlib.sha1(image).hexdigest()
+    if hasattr(image, "tobytes"):
+        return hashlib.sha1(image.tobytes()).hexdigest()
+    return str(image)
+
+
+# ----------------------------------------------------------------------------- images
+
+def load_image_bytes(value: Any, image_root: str | None = None, where: str | None = None) -> dict:
+    """Turn a path, a base64 string, raw bytes or a PIL image into `{"bytes", "path"}`, checking it decodes."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = None
+    if value is None:
+        raise SchemaError("image is missing", where, "image")
+    if isinstance(value, dict) and value.get("bytes"):
+        data, path = value["bytes"], value.get("path")
+    elif isinstance(value, dict) and value.get("path"):
+        return load_image_bytes(value["path"], image_root, where)
+    elif isinstance(value, (bytes, bytearray)):
+        data = bytes(value)
+    elif hasattr(value, "save"):  # PIL image
+        buf = io.BytesIO()
+        value.save(buf, format="PNG")
+        data = buf.getvalue()
+    elif isinstance(value, str):
+        if value.startswith("data:image"):
+            value = value.split(",", 1)[1]
+        candidate = os.path.join(image_root, value) if image_root and not os.path.isabs(value) else value
+        if len(value) < 1024 and os.path.exists(candidate):
+            with open(candidate, "rb") as f:
+                data, path = f.read(), value
+        else:
+            try:
+                data = base64.b64decode(value, validate=True)
+            except ValueError:
+                raise SchemaError(f"image file not found: {candidate}", where, "image") from None
+            if not data:
+                raise SchemaError(f"image file not found: {candidate}", where, "image")
+    else:
+        raise SchemaError(f"unsupported image value of type {type(value).__name__}", where, "image")
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:
+        raise SchemaError(f"image cannot be decoded ({e.__class__.__name__}: {e})", where, "image") from None
+    return {"bytes": data, "path": path}
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _opt_bool(value: Any, where: str, field: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise SchemaError(f"expected true/false/null, got {value!r}", where, field)
+
+
+def _opt_vocab(value: Any, allowed: tuple, where: str, field: str) -> str | None:
+    if value is None:
+        return None
+    if value not in allowed:
+        raise SchemaError(f"unknown label {value!r}; expected one of {list(allowed)} or null", where, field)
+    return value
+
+
+def validate_step(step: Any, index: int, where: str) -> dict:
+    f = lambda name: f"steps[{index}].{name}"  # noqa: E731
+    if isinstance(step, str):
+        step = {"text": step}
+    if not isinstance(step, dict):
+        raise SchemaError(f"a step must be an object or a string, got {type(step).__name__}", where, f"steps[{index}]")
+    unknown = set(step) - set(STEP_FIELDS)
+    if unknown:
+        raise SchemaError(f"unknown step field(s) {sorted(unknown)}", where, f(sorted(unknown)[0]))
+    text = step.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise SchemaError("step text must be a non-empty string", where, f("text"))
+    out: dict[str, Any] = {"text": text.strip()}
+    for name, allowed in STEP_VOCAB.items():
+        out[name] = _opt_vocab(step.get(name), allowed, where, f(name))
+    for name in STEP_BOOLS:
+        out[name] = _opt_bool(step.get(name), where, f(name))
+    errors = step.get("description_errors") or []
+    for e in errors:
+        _opt_vocab(e, DESCRIPTION_ERRORS, where, f("description_errors"))
+    out["description_errors"] = list(errors)
+    expl = step.get("explanations") or []
+    if isinstance(expl, str):
+        expl = [expl]
+    if not all(isinstance(e, str) for e in expl):
+        raise SchemaError("explanations must be a list of strings", where, f("explanations"))
+    out["explanations"] = [e for e in expl if e.strip()]
+    premises = step.get("premises") or []
+    if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < index for p in premises):
+        raise SchemaError(f"premises must be indices of earlier steps (< {index}), got {premises!r}", where, f("premises"))
+    out["premises"] = list(premises)
+    if out["correct"] is None:  # derive from aspect labels when only those are given
+        out["correct"] = step_correct_from_aspects(out)
+    hs = step.get("human_score")
+    if hs is None:
+        hs = human_score(out)
+    elif isinstance(hs, bool) or not isinstance(hs, (int, float)) or not 0.0 <= hs <= 1.0:
+        raise SchemaError(f"human_score must be a number in [0, 1], got {hs!r}", where, f("human_score"))
+    out["human_score"] = None if hs is None else float(hs)
+    return out
+
+
+def validate_chain(record: Any, where: str = "record", image_root: str | None = None) -> dict:
+    """Check and normalise one chain. Raises SchemaError naming `where` and the offending field."""
+    if not isinstance(record, dict):
+        raise SchemaError(f"a chain must be a JSON object, got {type(record).__name__}", where)
+    unknown = set(record) - set(CHAIN_FIELDS)
+    if unknown:
+        raise SchemaError(f"unknown field(s) {sorted(unknown)}", where, sorted(unknown)[0])
+    for name in ("chain_id", "question"):
+        if not isinstance(record.get(name), str) or not record[name].strip():
+            raise SchemaError("must be a non-empty string", where, name)
+    steps = record.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise SchemaError("a chain needs at least one step", where, "steps")
+    image = load_image_bytes(record.get("image"), image_root, where)
+    out = {name: record.get(name) for name in CHAIN_FIELDS}
+    out["image"] = image
+    out["steps"] = [validate_step(s, i, where) for i, s in enumerate(steps)]
+    for name in ("source", "reference_answer", "final_answer", "generator", "category"):
+        if out[name] is not None and not isinstance(out[name], str):
+            out[name] = str(out[name])
+    out["source"] = out["source"] or "custom"
+    for name in ("answer_correct", "chain_correct"):
+        out[name] = _opt_bool(out[name], where, name)
+    if out["chain_correct"] is None:
+        labels = [s["correct"] for s in out["steps"]]
+        out["chain_correct"] = False if False in labels else (None if None in labels else True)
+    if not out.get("group_id"):
+        out["group_id"] = group_id_for(image_fingerprint(image), out["question"])
+    meta = out.get("meta")
+    if meta is None:
+        meta = {}
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta.strip() else {}
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"meta is not valid JSON ({e})", where, "meta") from None
+    if not isinstance(meta, dict):
+        raise SchemaError("meta must be an object or a JSON string of one", where, "meta")
+    out["meta"] = json.dumps(meta, sort_keys=True, ensure_ascii=False)
+    return out
+
+
+def check_unique_ids(chains: Iterable[dict]) -> None:
+    seen: set[str] = set()
+    for c in chains:
+        if c["chain_id"] in seen:
+            raise SchemaError("duplicate chain_id", c["chain_id"], "chain_id")
+        seen.add(c["chain_id"])
+
+
+# ----------------------------------------------------------------------------- storage
+
+def features():
+    """The `datasets.Features` of a saved chains dataset."""
+    from datasets import Features, Image, List, Value
+
+    step = {
+        "text": Value("string"), "type": Value("string"), "correct": Value("bool"),
+        "description_correctness": Value("string"), "description_relevance": Value("string"),
+        "description_errors": List(Value("string")), "logic_correct": Value("bool"),
+        "logic_relevant": Value("bool"), "informative": Value("bool"), "logic_error": Value("string"),
+        "explanations": List(Value("string")), "premises": List(Value("int32")), "human_score": Value("float32"),
+    }
+    return Features({
+        "chain_id": Value("string"), "group_id": Value("string"), "source": Value("string"), "image": Image(),
+        "question": Value("string"), "reference_answer": Value("string"), "final_answer": Value("string"),
+        "answer_correct": Value("bool"), "chain_correct": Value("bool"), "generator": Value("string"),
+        "category": Value("string"), "steps": List(step), "meta": Value("string"),
+    })
+
+
+def save_chains(chains: list[dict], out_dir: str):
+    """Save validated chains as a self-contained dataset (`datasets.load_from_disk` reads it back)."""
+    from datasets import Dataset
+
+    check_unique_ids(chains)
+    ds = Dataset.from_list(chains, features=features())
+    ds.save_to_disk(out_dir)
+    return ds
+
+
+def load_chains(path: str, decode_images: bool = True):
+    """Load a chains dataset saved by `save_chains` (or a canonical .jsonl file)."""
+    from datasets import Dataset, Image, load_from_disk
+
+    if os.path.isfile(path) and path.endswith((".jsonl", ".json")):
+        with open(path) as f:
+            recs = [validate_chain(json.loads(line), f"{path}:{i}", os.path.dirname(path))
+                    for i, line in enumerate(f, 1) if line.strip()]
+        ds = Dataset.from_list(recs, features=features())
+    else:
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"no chains dataset at {path}")
+        ds = load_from_disk(path)
+    if not decode_images:
+        ds = ds.cast_column("image", Image(decode=False))
+    return ds
+
+
+def chain_meta(chain: dict) -> dict:
+    meta = chain.get("meta")
+    return json.loads(meta) if isinstance(meta, str) and meta else (meta or {})

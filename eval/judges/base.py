@@ -1,0 +1,64 @@
+"""The judge interface: chains in, one `Critique` per chain out.
+
+Every judge kind (trained model, prompted model, API, baselines) implements `Judge`, so the runner,
+the cache and the metrics never care which kind produced a critique.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Critique:
+    chain_id: str
+    verdicts: list                  # per step: True (correct) / False (incorrect) / None (unknown)
+    p_incorrect: list | None = None  # per step probability that the step is incorrect, when the judge has one
+    explanations: list | None = None  # per step explanation (for steps judged incorrect), or None
+    answer_correct: bool | None = None
+    chain_score: float | None = None  # higher = better chain; used for choice ranking and Somers' D
+    raw: str | None = None            # the judge's raw output (never contains secrets)
+    valid: bool = True                # whether the raw output parsed into a verdict for every step
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Critique":
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+
+
+class Judge:
+    """Base class. Subclasses set `kind` and implement `judge_batch`."""
+
+    kind = "base"
+    batch_size = 8
+    needs_images = True  # False lets the runner skip decoding images (baselines)
+
+    def __init__(self, spec: str, **options):
+        self.spec = spec
+        self.options = options
+
+    @property
+    def name(self) -> str:
+        return self.spec
+
+    def fingerprint(self) -> str:
+        """Hash of everything that determines this judge's output (cache key part)."""
+        blob = json.dumps({"kind": self.kind, "spec": self.spec, "options": self.options,
+                           "extra": self.fingerprint_extra()}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def fingerprint_extra(self) -> dict:
+        """Subclasses add what the spec does not show (prompt template text, model weights hash...)."""
+        return {}
+
+    def judge_batch(self, chains: list[dict]) -> list[Critique]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,64 @@
+"""Small hand-made chains for the always-on tests (no ../shared, no synthetic generator needed)."""
+
+from __future__ import annotations
+
+import io
+
+from PIL import Image, ImageDraw
+
+
+def png(color=(255, 0, 0), size=64, shape="circle") -> bytes:
+    im = Image.new("RGB", (size, size), "white")
+    d = ImageDraw.Draw(im)
+    box = (size // 4, size // 4, 3 * size // 4, 3 * size // 4)
+    (d.ellipse if shape == "circle" else d.rectangle)(box, fill=color)
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def step(text, correct=True, type="description", **kw):
+    s = {"text": text, "type": type, "correct": correct}
+    if type in ("description", "both"):
+        s.setdefault("description_correctness", "correct" if correct else "unsupported")
+        s.setdefault("description_relevance", "both")
+        if not correct:
+            s.setdefault("description_errors", ["attribute"])
+    if type in ("reasoning", "both"):
+        s.setdefault("logic_correct", correct)
+        s.setdefault("logic_relevant", True)
+        s.setdefault("informative", True)
+        if not correct:
+            s.setdefault("logic_error", "inter")
+    if not correct:
+        s.setdefault("explanations", [f"'{text}' does not match the image."])
+    s.update(kw)
+    return s
+
+
+def chain(chain_id="c0", color=(255, 0, 0), question="What colour is the shape?", steps=None,
+          answer="red", answer_correct=True, group_id=None, category="perception", **kw):
+    steps = steps if steps is not None else [
+        step("The image shows one circle."),
+        step("The circle is red.", correct=answer_correct),
+        step("So the answer is red.", correct=answer_correct, type="reasoning"),
+    ]
+    rec = {
+        "chain_id": chain_id, "question": question, "image": {"bytes": png(color), "path": None},
+        "steps": steps, "final_answer": answer, "reference_answer": "red", "answer_correct": answer_correct,
+        "source": "fixture", "generator": "hand", "category": category, "meta": {},
+    }
+    if group_id:
+        rec["group_id"] = group_id
+    rec.update(kw)
+    return rec
+
+
+def chains(n=6):
+    """n chains in n//2 groups, each group one correct and one incorrect chain."""
+    out = []
+    for g in range(n // 2):
+        color = [(255, 0, 0), (0, 0, 255), (0, 160, 0)][g % 3]
+        out.append(chain(f"g{g}-ok", color=color, group_id=f"g{g}"))
+        out.append(chain(f"g{g}-bad", color=color, group_id=f"g{g}", answer="blue", answer_correct=False))
+    return out
