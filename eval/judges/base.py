@@ -60,5 +60,18 @@ class Judge:
     def judge_batch(self, chains: list[dict]) -> list[Critique]:
         raise NotImplementedError
 
+    def pick_best(self, chains: list[dict]) -> int | None:
+        """Listwise choice (ShiftCheck over chains): index of the best chain in the order shown, or None.
+
+        Score-based judges pick the highest chain score; on ties the earliest position wins, which is
+        exactly the kind of position preference ShiftCheck exposes. Generative judges override this
+        with a "which chain is best?" prompt.
+        """
+        scores = [c.chain_score for c in self.judge_batch(chains)]
+        if all(s is None for s in scores):
+            return None
+        best = max(s for s in scores if s is not None)
+        return next(i for i, s in enumerate(scores) if s == best)
+
     def close(self) -> None:
         pass
