@@ -19,7 +19,8 @@ COMMANDS = {
 }
 
 
-def make_parser() -> argparse.ArgumentParser:
+def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; only `command`'s own module is imported (or all, when None)."""
     parser = argparse.ArgumentParser(
         prog="stepcritic",
         description="Turn step-annotated multimodal chains of thought into trained critics, and benchmark them.",
@@ -30,16 +31,23 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stepcritic {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        mod = importlib.import_module(module)
         sp = sub.add_parser(name, help=help_text, description=help_text)
-        mod.make_parser(sp)
-        sp.set_defaults(_main=mod.main)
+        if command in (None, name):
+            mod = importlib.import_module(module)
+            mod.make_parser(sp)
+            sp.set_defaults(_main=mod.main)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = make_parser(command if command in COMMANDS else "")
+    # only `train` takes free-form `--key value` overrides (recipe keys); elsewhere unknown flags are errors
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "_accepts_overrides", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides = extra
     try:
         return int(args._main(args) or 0)
     except KeyboardInterrupt:

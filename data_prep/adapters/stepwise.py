@@ -1,0 +1,55 @@
+"""Process-supervision rows `{prompt, completions: [step...], labels: [bool...]}` plus an image column.
+
+This is the stepwise-supervision layout TRL's PRM datasets and VisualProcessBench/Math-Shepherd-style
+data use. The image column may be `image` or `images` (first image used): a path, base64 or bytes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from stepcritic.data_prep.schema import SchemaError
+
+LABELS = {True: True, False: False, 1: True, 0: False, "+": True, "-": False}
+
+
+def default_image_root(input_path: str) -> str:
+    return os.path.dirname(os.path.abspath(input_path))
+
+
+def convert(raw: dict, where: str, ctx: dict) -> dict:
+    if not isinstance(raw, dict):
+        raise SchemaError("a record must be a JSON object", where)
+    for key in ("prompt", "completions", "labels"):
+        if raw.get(key) is None:
+            raise SchemaError("missing required field", where, key)
+    steps, labels = raw["completions"], raw["labels"]
+    if not isinstance(steps, list) or not steps:
+        raise SchemaError("a chain needs at least one step", where, "completions")
+    if not isinstance(labels, list) or len(labels) != len(steps):
+        raise SchemaError(f"{len(labels) if isinstance(labels, list) else 'no'} labels for {len(steps)} steps",
+                          where, "labels")
+    for i, label in enumerate(labels):
+        if isinstance(label, float) or label not in LABELS:
+            raise SchemaError(f"unknown label {label!r}; expected true/false, 1/0 or +/-", where, f"labels[{i}]")
+    image = raw.get("image")
+    if image is None and isinstance(raw.get("images"), list) and raw["images"]:
+        image = raw["images"][0]
+    prompt = raw["prompt"]
+    if isinstance(prompt, list):  # conversational prompt: keep the user text
+        prompt = " ".join(m.get("content", "") if isinstance(m.get("content"), str) else "" for m in prompt)
+    row_id = raw.get("id", where.replace(":", "-"))
+    return {
+        "chain_id": f"stepwise-{row_id}",
+        "source": raw.get("source") or "stepwise",
+        "image": image,
+        "question": prompt,
+        "reference_answer": raw.get("answer") or raw.get("reference_answer"),
+        "final_answer": raw.get("final_answer"),
+        "answer_correct": raw.get("answer_correct"),
+        "generator": raw.get("generator"),
+        "category": raw.get("category"),
+        "steps": [{"text": t, "correct": LABELS[l]} for t, l in zip(steps, labels)],
+        "meta": {k: v for k, v in raw.items()
+                 if k not in ("prompt", "completions", "labels", "image", "images") and isinstance(v, (str, int, float, bool))},
+    }

@@ -1,0 +1,96 @@
+"""`stepcritic data {ingest,synth,build}`: the data stage's commands (stdlib-only imports at module top)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+INGEST_FORMATS = ("miceval", "visco", "stepwise", "jsonl")
+BUILD_KINDS = ("critique-sft", "verifier-sft", "prm-sft", "critique-pref", "outcome-rm")
+
+
+def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="stepcritic data", description="Build StepCritic datasets.")
+    sub = parser.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+
+    p = sub.add_parser("ingest", help="convert annotated chains into the canonical chain dataset",
+                       description="Convert annotated chains (MiCEval, VISCO, stepwise PRM rows, canonical jsonl) "
+                                   "into a canonical chains dataset plus stats.json.",
+                       epilog="example: stepcritic data ingest --format miceval "
+                              "--input ../shared/data/miceval/dataset/MiCEval_Normal.jsonl --out data/miceval")
+    p.add_argument("--format", required=True, choices=INGEST_FORMATS, help="input format")
+    p.add_argument("--input", required=True, help="input file (.jsonl, .json or .parquet)")
+    p.add_argument("--image-root", default=None,
+                   help="folder image paths are relative to (default: the format's convention, e.g. the MiCEval release root)")
+    p.add_argument("--out", required=True, help="output folder for the chains dataset and stats.json")
+    p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
+                   help="fail: stop at the first bad record (default); skip: keep going and list every skipped record")
+
+    p = sub.add_parser("synth", help="generate synthetic step-annotated chains (the offline default dataset)",
+                       description="Render shape images and write labelled reasoning chains with injected errors.",
+                       epilog="example: stepcritic data synth --n 2000 --seed 0 --out data/synth")
+    p.add_argument("--n", type=int, default=1000, help="number of chains (default 1000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--image-size", type=int, default=96, help="image side in pixels (default 96)")
+    p.add_argument("--out", required=True, help="output folder for the chains dataset")
+
+    p = sub.add_parser("build", help="build a training dataset (SFT, preference, reward) from canonical chains",
+                       description="Build one training dataset kind, split by group_id, with a dataset card.",
+                       epilog="example: stepcritic data build --chains data/synth --kind critique-sft --out data/critique-sft")
+    p.add_argument("--chains", required=True, help="a canonical chains dataset folder (from ingest or synth) or .jsonl")
+    p.add_argument("--kind", required=True, choices=BUILD_KINDS)
+    p.add_argument("--out", required=True)
+    p.add_argument("--test-fraction", type=float, default=0.1, help="share of groups held out (default 0.1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--template", default=None, help="a Jinja template file to use instead of the packaged one")
+    p.add_argument("--pref-mix", default=None,
+                   help='critique-pref corruption weights as JSON, e.g. \'{"reluctant": 2, "answer_flip": 1}\'')
+    return parser
+
+
+def _summary(stats: dict, keys: tuple[str, ...]) -> str:
+    return ", ".join(f"{k}={stats[k]}" for k in keys if k in stats)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.data_command == "ingest":
+        from stepcritic.data_prep.ingest import IngestError, ingest
+
+        try:
+            stats = ingest(args.format, args.input, args.out, args.image_root, args.on_error,
+                           log=lambda m: print(m, file=sys.stderr))
+        except IngestError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"ingested {_summary(stats, ('n_records', 'n_chains', 'n_steps', 'n_rejected'))} -> {args.out}")
+        if "chain_label_check" in stats:
+            check = stats["chain_label_check"]
+            print(f"step-derived chain correctness vs {check['field']}: {check['agree']} agree, {check['disagree']} disagree")
+        return 0
+    if args.data_command == "synth":
+        from stepcritic.data_prep.synth import synthesize_to_disk
+
+        stats = synthesize_to_disk(args.n, args.seed, args.out, image_size=args.image_size)
+        print(f"synthesised {_summary(stats, ('n_chains', 'n_steps', 'n_groups'))} -> {args.out}")
+        return 0
+    if args.data_command == "build":
+        from stepcritic.data_prep.build import build_dataset
+        from stepcritic.data_prep.schema import load_chains
+
+        try:
+            chains = load_chains(args.chains)
+            mix = json.loads(args.pref_mix) if args.pref_mix else None
+        except (FileNotFoundError, json.JSONDecodeError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        try:
+            stats = build_dataset(chains, args.kind, args.out, test_fraction=args.test_fraction, seed=args.seed,
+                                  template=args.template, pref_mix=mix)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        rows = stats.get("rows", stats)
+        print(f"built {args.kind}: {json.dumps(rows)} -> {args.out}")
+        return 0
+    raise AssertionError(args.data_command)

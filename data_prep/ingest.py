@@ -1,0 +1,126 @@
+"""Ingest annotated chains from a source format into the canonical schema.
+
+Every input record ends up either kept or rejected, never dropped: `stats.json` holds both counts and
+every rejection with its file:line, field and reason. With `on_error="fail"` the first bad record stops
+the run with an `IngestError` naming it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections import Counter, defaultdict
+from typing import Iterator
+
+from stepcritic.data_prep.schema import SchemaError, save_chains, validate_chain
+
+# format -> adapter module; each exposes `convert(raw, where, ctx) -> dict` (a chain before validation),
+# `default_image_root(input_path) -> str|None`, and optionally `check(chains, stats)` for source-specific
+# consistency checks recorded in the stats.
+FORMATS = {
+    "miceval": "stepcritic.data_prep.adapters.miceval",
+    "visco": "stepcritic.data_prep.adapters.visco",
+    "stepwise": "stepcritic.data_prep.adapters.stepwise",
+    "jsonl": "stepcritic.data_prep.adapters.canonical",
+}
+
+STEP_ASPECTS = ("type", "correct", "description_correctness", "description_relevance", "logic_correct",
+                "logic_relevant", "informative", "logic_error", "human_score")
+
+
+class IngestError(RuntimeError):
+    pass
+
+
+def read_records(path: str) -> Iterator[tuple[str, object]]:
+    """Yield (where, record) for .jsonl/.json/.parquet input; a malformed line yields a SchemaError."""
+    name = os.path.basename(path)
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        for i, rec in enumerate(pq.read_table(path).to_pylist(), 1):
+            yield f"{name}:row{i}", rec
+        return
+    if path.endswith(".json"):
+        with open(path) as f:
+            try:
+                data = json.load(f)
+            except json.JSONDecodeError as e:
+                yield f"{name}:{e.lineno}", SchemaError(f"malformed JSON ({e.msg})", f"{name}:{e.lineno}")
+                return
+        for i, rec in enumerate(data if isinstance(data, list) else [data], 1):
+            yield f"{name}:item{i}", rec
+        return
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{name}:{lineno}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield where, SchemaError(f"malformed JSON line ({e.msg} at column {e.colno})", where)
+
+
+def label_counts(chains: list[dict]) -> dict:
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for c in chains:
+        counts["chain_correct"][str(c["chain_correct"])] += 1
+        counts["answer_correct"][str(c["answer_correct"])] += 1
+        for s in c["steps"]:
+            for aspect in STEP_ASPECTS:
+                counts[aspect][str(s[aspect])] += 1
+            for e in s["description_errors"]:
+                counts["description_errors"][e] += 1
+    return {k: dict(sorted(v.items())) for k, v in sorted(counts.items())}
+
+
+def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | None = None,
+           on_error: str = "fail", log=print) -> dict:
+    """Convert `input_path` in format `fmt` into a canonical chains dataset at `out_dir`; return the stats."""
+    if fmt not in FORMATS:
+        raise IngestError(f"unknown format {fmt!r}; choose one of {sorted(FORMATS)}")
+    if on_error not in ("fail", "skip"):
+        raise IngestError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
+    if not os.path.isfile(input_path):
+        raise IngestError(f"input file not found: {input_path}")
+    adapter = importlib.import_module(FORMATS[fmt])
+    ctx = {"image_root": image_root or adapter.default_image_root(input_path), "input": input_path}
+
+    kept: list[dict] = []
+    rejected: list[dict] = []
+    seen_ids: set[str] = set()
+    n_in = 0
+    for where, raw in read_records(input_path):
+        n_in += 1
+        try:
+            if isinstance(raw, SchemaError):
+                raise raw
+            chain = validate_chain(adapter.convert(raw, where, ctx), where, ctx["image_root"])
+            if chain["chain_id"] in seen_ids:
+                raise SchemaError(f"duplicate chain_id {chain['chain_id']!r}", where, "chain_id")
+        except SchemaError as e:
+            if on_error == "fail":
+                raise IngestError(f"{e} (use --on-error skip to skip bad records)") from None
+            rejected.append({"where": e.where or where, "field": e.field, "reason": e.reason})
+            log(f"skipped {e}")
+            continue
+        seen_ids.add(chain["chain_id"])
+        kept.append(chain)
+
+    assert n_in == len(kept) + len(rejected)  # the accounting invariant, never violated silently
+    stats = {
+        "format": fmt, "input": os.path.abspath(input_path), "image_root": ctx["image_root"],
+        "n_records": n_in, "n_chains": len(kept), "n_steps": sum(len(c["steps"]) for c in kept),
+        "n_rejected": len(rejected), "rejected": rejected, "label_counts": label_counts(kept),
+    }
+    if hasattr(adapter, "check"):
+        stats.update(adapter.check(kept))
+    if out_dir:
+        if not kept:
+            raise IngestError(f"no valid chains in {input_path} ({len(rejected)} rejected); nothing written")
+        save_chains(kept, out_dir)
+        with open(os.path.join(out_dir, "stats.json"), "w") as f:
+            json.dump(stats, f, indent=2)
+    return stats

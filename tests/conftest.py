@@ -1,0 +1,23 @@
+import os
+import sys
+
+import pytest
+
+# Tests never touch the network: tiny models are built from configs, tokenizers offline.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+sys.path.insert(0, os.path.dirname(__file__))
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.environ.get("STEPCRITIC_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
+MICEVAL_JSONL = os.path.join(SHARED, "data", "miceval", "dataset", "MiCEval_Normal.jsonl")
+
+
+@pytest.fixture
+def miceval_jsonl():
+    if not os.path.exists(MICEVAL_JSONL):
+        pytest.skip(f"shared MiCEval data not present at {MICEVAL_JSONL}")
+    return MICEVAL_JSONL
