@@ -1,0 +1,35 @@
+# Two entry points: `make demo` and `make test`. Both create/reuse .venv and install the project first.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stepcritic-installed
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install demo demo-quick test test-slow clean
+
+install: $(STAMP)
+
+# torch first, pinned to the CPU build (torchvision is not needed: the tiny critic is a LLaVA with a
+# SigLIP/CLIP tower, whose processor builds without it); then the project with the tested pin set.
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	@touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/stepcritic demo --out demo_out
+
+demo-quick: $(STAMP)
+	$(VENV)/bin/stepcritic demo --quick --out demo_out_quick
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) demo_out demo_out_quick build *.egg-info
