@@ -1,0 +1,442 @@
+"""Evaluation metrics for step-level critics: plain, documented functions over plain Python data.
+
+Where each metric comes from:
+- VISCO (Wu et al., 2024): answer / step / explanation F1 with "incorrect" as the positive class, the
+  VISCore geometric mean, correction gain (PCR - NCR) and the error-propagation odds ratio.
+- MiCEval (Zhou et al., 2024): verifier accuracy with invalid outputs, Somers' D against human scores,
+  geometric-mean chain scores, choice ranking.
+- RPTS (Wang & Zhang, 2025): tree-height-weighted step scores.
+- CMMU (He et al., 2024): ShiftCheck and BiasRate, in `stepcritic.eval.shiftcheck`.
+
+Label convention everywhere: True = correct, False = incorrect, None = unknown. A gold None removes the
+item; a predicted None (unparseable output) is an answer that flagged nothing. Scores are on [0, 1]
+(BiasRate on CMMU's 0-100 percentage scale; correction gain on [-1, 1]); a score that is undefined
+for the data given (no items, a constant input) is None, never a made-up 0.
+
+scipy and scikit-learn are imported inside the functions that use them, so importing this module
+(for the `METRICS` registry, say) costs only the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
+
+from stepcritic.eval.matchers import ExplanationMatcher
+from stepcritic.eval.shiftcheck import shiftcheck
+
+# RPTS lets the evaluator pick the decay and the focus height; the paper summary gives no default, so
+# we halve a step's weight for each level it sits away from the focus (the final step, by default).
+DEFAULT_RPTS_LAMBDA = 0.5
+
+
+# ----------------------------------------------------------------------------- VISCO: F1 family
+
+def _flag_vectors(gold: list, pred: list) -> tuple[list[bool], list[bool], int]:
+    """Per scored item: gold says incorrect, prediction says incorrect; plus how many predictions were None."""
+    if len(gold) != len(pred):
+        raise ValueError(f"gold has {len(gold)} labels but pred has {len(pred)}")
+    pairs = [(g, p) for g, p in zip(gold, pred) if g is not None]
+    return [g is False for g, _ in pairs], [p is False for _, p in pairs], sum(p is None for _, p in pairs)
+
+
+def step_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
+    """VISCO's step-level F1 with "incorrect" (False) as the positive class, pooled over all steps given.
+
+    Flatten the steps of all chains into `gold` and `pred`. Steps with gold None are skipped. A predicted
+    None (the critic's output did not give a verdict) counts as "not flagged": it can only lower recall,
+    never precision, so an unparseable critic is not rewarded. Returns precision, recall, f1, tp, fp, fn,
+    n (scored steps) and n_unparsed; the scores are None when no step is scored.
+    """
+    from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
+
+    y_true, y_pred, n_unparsed = _flag_vectors(gold, pred)
+    if not y_true:
+        return {"precision": None, "recall": None, "f1": None, "tp": 0, "fp": 0, "fn": 0, "n": 0, "n_unparsed": 0}
+    precision, recall, f1, _ = precision_recall_fscore_support(
+        y_true, y_pred, average="binary", pos_label=True, zero_division=0)
+    _, fp, fn, tp = confusion_matrix(y_true, y_pred, labels=[False, True]).ravel()
+    return {"precision": float(precision), "recall": float(recall), "f1": float(f1),
+            "tp": int(tp), "fp": int(fp), "fn": int(fn), "n": len(y_true), "n_unparsed": n_unparsed}
+
+
+def answer_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
+    """VISCO's answer-level F1: one final-answer verdict per chain, same rules as `step_f1`."""
+    return step_f1(gold, pred)
+
+
+def explanation_match_f1(gold: list[bool | None], pred: list[bool | None], match: list[float | None]) -> dict:
+    """Explanation-level F1 from per-step match scores (the part of `explanation_f1` after matching).
+
+    `match[i]` in [0, 1] says how well step i's explanation addresses the reference error (only read for
+    steps flagged incorrect that are incorrect). A step that is incorrect but has no reference (match
+    None) cannot be judged and is left out entirely (`n_unreferenced`). True positives are fractional:
+    tp = sum of match over correctly flagged steps; precision = tp / flagged, recall = tp / incorrect.
+    """
+    if not len(gold) == len(pred) == len(match):
+        raise ValueError("gold, pred and match must have one entry per step")
+    tp = 0.0
+    n = n_flagged = n_incorrect = n_unreferenced = 0
+    for g, p, m in zip(gold, pred, match):
+        if g is None:
+            continue
+        if g is False and m is None:
+            n_unreferenced += 1
+            continue
+        n += 1
+        n_flagged += p is False
+        n_incorrect += g is False
+        if g is False and p is False:
+            tp += m
+    precision = tp / n_flagged if n_flagged else 0.0
+    recall = tp / n_incorrect if n_incorrect else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    scored = n > 0
+    return {"precision": precision if scored else None, "recall": recall if scored else None,
+            "f1": f1 if scored else None, "tp": tp, "fp": n_flagged - tp, "fn": n_incorrect - tp,
+            "n": n, "n_unreferenced": n_unreferenced}
+
+
+def explanation_f1(items: list[dict], matcher: ExplanationMatcher) -> dict:
+    """VISCO's explanation-level F1 (F1_e).
+
+    items: one dict per step, {gold, pred, explanation, references}. A step flagged incorrect that is
+    incorrect is a true positive only to the extent its explanation addresses the core error: the mean,
+    over the step's reference critiques, of `matcher(explanation, reference)` (VISCO compares against
+    each of three annotators and averages). A flagged step without an explanation matches nothing.
+    Precision and recall use these fractional true positives (see `explanation_match_f1`). The report
+    names the matcher, because F1_e from different matchers is not comparable.
+    """
+    gold, pred, match = [], [], []
+    for item in items:
+        refs, expl = item.get("references") or [], item.get("explanation")
+        if not refs:
+            score = None  # read only for incorrect steps, which then cannot be judged
+        elif item["gold"] is False and item["pred"] is False and expl:
+            score = statistics.fmean(matcher(expl, ref) for ref in refs)
+        else:
+            score = 0.0
+        gold.append(item["gold"])
+        pred.append(item["pred"])
+        match.append(score)
+    return explanation_match_f1(gold, pred, match) | {"matcher": matcher.name}
+
+
+def viscore(f1_answer: float | None, f1_step: float | None, f1_explanation: float | None) -> float | None:
+    """VISCore = (F1_a * F1_s * F1_e) ** (1/3), VISCO Sec. 3.1.1; scale-agnostic (0-1 in, 0-1 out)."""
+    parts = (f1_answer, f1_step, f1_explanation)
+    if any(p is None for p in parts):
+        return None
+    if any(p < 0 for p in parts):
+        raise ValueError(f"F1 scores cannot be negative: {parts}")
+    return math.prod(parts) ** (1 / 3)
+
+
+# ----------------------------------------------------------------------------- MiCEval: verifier and evaluator
+
+INVALID = "<invalid>"
+
+
+def verifier_accuracy(gold: list[str], pred: list[str | None], labels: list[str]) -> dict:
+    """MiCEval's verifier scoring: accuracy where an invalid output (None, or not one of `labels`) is wrong.
+
+    Returns accuracy, invalid_rate (share of outputs outside the label set; MiCEval Table 5),
+    per_class_f1 {label: f1}, macro_f1 (their mean over all `labels`; a label that never occurs in gold
+    or predictions scores 0, sklearn's zero_division=0) and n. Items with gold None are skipped.
+    """
+    from sklearn.metrics import accuracy_score, f1_score
+
+    if len(gold) != len(pred):
+        raise ValueError(f"gold has {len(gold)} labels but pred has {len(pred)}")
+    pairs = [(g, p) for g, p in zip(gold, pred) if g is not None]
+    if not pairs:
+        return {"accuracy": None, "invalid_rate": None, "per_class_f1": {}, "macro_f1": None, "n": 0}
+    unknown = {g for g, _ in pairs} - set(labels)
+    if unknown:
+        raise ValueError(f"gold labels {sorted(unknown)} are not in labels {labels}")
+    y_true = [g for g, _ in pairs]
+    y_pred = [p if p in labels else INVALID for _, p in pairs]
+    per_class = f1_score(y_true, y_pred, labels=list(labels), average=None, zero_division=0)
+    return {"accuracy": float(accuracy_score(y_true, y_pred)),
+            "invalid_rate": y_pred.count(INVALID) / len(y_pred),
+            "per_class_f1": {label: float(f) for label, f in zip(labels, per_class)},
+            "macro_f1": float(per_class.mean()), "n": len(pairs)}
+
+
+def _paired(a: list, b: list) -> tuple[list[float], list[float]]:
+    if len(a) != len(b):
+        raise ValueError(f"the two score lists differ in length ({len(a)} vs {len(b)})")
+    kept = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    return [x for x, _ in kept], [y for _, y in kept]
+
+
+def _finite_or_none(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def somers_d(human: list[float | None], judge: list[float | None]) -> dict:
+    """Somers' D(judge | human), MiCEval's correlation with human scores (Sec. 6.2, App. D.1).
+
+    Asymmetric: human scores are the independent variable, so pairs tied on the human score do not
+    count. With binary human labels this equals 2 * AUC - 1 of the judge's scores. Pairs where either
+    side is None are skipped. Returns d, pvalue, n (d None when fewer than two pairs or a constant input).
+    """
+    from scipy.stats import somersd
+
+    x, y = _paired(human, judge)
+    if len(x) < 2 or len(set(x)) < 2:
+        return {"d": None, "pvalue": None, "n": len(x)}
+    result = somersd(x, y)
+    return {"d": _finite_or_none(result.statistic), "pvalue": _finite_or_none(result.pvalue), "n": len(x)}
+
+
+def spearman(human: list[float | None], judge: list[float | None]) -> dict:
+    """Spearman's rank correlation between human and judge scores (None pairs skipped): rho, pvalue, n."""
+    from scipy.stats import spearmanr
+
+    x, y = _paired(human, judge)
+    if len(x) < 2 or len(set(x)) < 2 or len(set(y)) < 2:
+        return {"rho": None, "pvalue": None, "n": len(x)}
+    result = spearmanr(x, y)
+    return {"rho": _finite_or_none(result.statistic), "pvalue": _finite_or_none(result.pvalue), "n": len(x)}
+
+
+def _geometric_mean(values: list[float]) -> float:
+    # statistics.geometric_mean rejects zeros before Python 3.12; a zero factor makes the mean zero.
+    return 0.0 if min(values) == 0 else statistics.geometric_mean(values)
+
+
+DESCRIPTION_KEYS = ("description_correct", "description_relevant")
+REASONING_KEYS = ("logic_correct", "logic_relevant", "informative")
+
+
+def miceval_chain_score(steps: list[dict], mode: str = "type") -> float | None:
+    """MiCEval's MCoT correctness score (Sec. 5.1-5.2): a geometric mean of step scores.
+
+    Each step dict holds the evaluator's probabilities in [0, 1] for `description_correct`,
+    `description_relevant`, `logic_correct`, `logic_relevant`, `informative`, and its predicted `type`.
+
+    - description step score  S_d = GM(description correctness, description relevance)       (Sec. 5.1)
+    - reasoning step score    S_r = GM(logical correctness, logical relevance, informativeness) (Sec. 5.1)
+    - mode "type": a step scores S_d or S_r by its predicted type; a "both" step, or one whose type is
+      unknown, scores GM(S_d, S_r), all five aspects (Sec. 5.2, first equation pair)
+    - mode "all": every step scores GM(S_d, S_r), MiCEval's type-free variant (Sec. 5.2, second pair)
+    - chain score = GM of the step scores (both modes).
+
+    Returns None when a step lacks a score it needs (the chain cannot be scored) or there are no steps.
+    """
+    if mode not in ("type", "all"):
+        raise ValueError(f"mode must be 'type' or 'all', got {mode!r}")
+    step_scores = []
+    for step in steps:
+        kind = step.get("type") if mode == "type" else "both"
+        keys = {"description": DESCRIPTION_KEYS, "reasoning": REASONING_KEYS}.get(kind)
+        needed = keys or DESCRIPTION_KEYS + REASONING_KEYS
+        if any(step.get(k) is None for k in needed):
+            return None
+        if keys:
+            step_scores.append(_geometric_mean([step[k] for k in keys]))
+        else:
+            step_scores.append(_geometric_mean([_geometric_mean([step[k] for k in DESCRIPTION_KEYS]),
+                                                _geometric_mean([step[k] for k in REASONING_KEYS])]))
+    return _geometric_mean(step_scores) if step_scores else None
+
+
+def choice_ranking_accuracy(records: list[dict]) -> dict:
+    """MiCEval's choice ranking (App. D.1): does the judge's top-scored chain come out fully correct?
+
+    records: {group_id, chain_id, chain_correct, score}. Chains with chain_correct None are dropped; a
+    group counts when it still has at least one fully correct and one incorrect chain. Tie rule: if
+    several chains share the top score the group is a hit only when ALL of them are correct (a judge
+    gets no credit for indecision). A None score ranks below every number; a group with no scores at
+    all is a miss. Returns accuracy, n_groups, n_chains (in counted groups), n_ties (groups with a tie).
+    """
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        if r["chain_correct"] is not None:
+            groups[r["group_id"]].append(r)
+    hits = n_groups = n_chains = n_ties = 0
+    for chains in groups.values():
+        if len({c["chain_correct"] for c in chains}) < 2:
+            continue
+        n_groups += 1
+        n_chains += len(chains)
+        scores = [c["score"] for c in chains if c["score"] is not None]
+        if not scores:
+            continue
+        top = [c for c in chains if c["score"] == max(scores)]
+        n_ties += len(top) > 1
+        hits += all(c["chain_correct"] for c in top)
+    return {"accuracy": hits / n_groups if n_groups else None,
+            "n_groups": n_groups, "n_chains": n_chains, "n_ties": n_ties}
+
+
+# ----------------------------------------------------------------------------- RPTS: tree-weighted scores
+
+def step_heights(premises: list[list[int]]) -> list[int]:
+    """Height of each step in its reasoning tree: 1 + the largest height among its premises.
+
+    `premises[i]` lists the (0-based, earlier) steps that step i builds on. A step without premises
+    rests on the given clues (height 0), so it has height 1. When no step has any premise link the
+    chain carries no tree, and it is read as linear: step k rests on step k-1 (heights 1, 2, 3, ...).
+    """
+    if not any(premises):
+        return list(range(1, len(premises) + 1))
+    heights: list[int] = []
+    for i, parents in enumerate(premises):
+        if any(not 0 <= p < i for p in parents):
+            raise ValueError(f"step {i}: premises must be earlier steps, got {parents}")
+        heights.append(1 + max((heights[p] for p in parents), default=0))
+    return heights
+
+
+def rpts(heights: list[int], scores: list[float | None], lam: float, h_focus: float) -> float | None:
+    """RPTS = sum(w_i * s_i) / sum(w_i) with w_i = lam ** |h_focus - h_i| (RPTS, Sec. 3).
+
+    lam in (0, 1] sets how fast weight decays away from the focus height (1 = plain mean). Steps whose
+    score is None are left out; None when no step is scored.
+    """
+    if not 0 < lam <= 1:
+        raise ValueError(f"lam must be in (0, 1], got {lam}")
+    if len(heights) != len(scores):
+        raise ValueError("heights and scores must have one entry per step")
+    weighted = [(lam ** abs(h_focus - h), s) for h, s in zip(heights, scores) if s is not None]
+    if not weighted:
+        return None
+    return sum(w * s for w, s in weighted) / sum(w for w, _ in weighted)
+
+
+def rpts_chain(premises: list[list[int]], scores: list[float | None], lam: float = DEFAULT_RPTS_LAMBDA,
+               h_focus: float | None = None) -> float | None:
+    """RPTS of one chain from its premise links; the focus defaults to the final (conclusion) step's height."""
+    heights = step_heights(premises)
+    return rpts(heights, scores, lam, heights[-1] if h_focus is None else h_focus) if heights else None
+
+
+# ----------------------------------------------------------------------------- VISCO: correction and failure patterns
+
+def correction_gain(correct_before: list[bool | None], correct_after: list[bool | None]) -> dict:
+    """VISCO's correction metrics (Sec. 3.1.2): PCR, NCR and gain = PCR - NCR.
+
+    PCR: share of initially incorrect answers that are correct after correction. NCR: share of initially
+    correct answers that became incorrect. An item with before None is skipped; after None (no usable
+    corrected answer) counts as incorrect. PCR/NCR are None when their subset is empty, and so is gain.
+    """
+    if len(correct_before) != len(correct_after):
+        raise ValueError("correct_before and correct_after must have one entry per item")
+    fixed = [after is True for before, after in zip(correct_before, correct_after) if before is False]
+    broken = [after is not True for before, after in zip(correct_before, correct_after) if before is True]
+    pcr = statistics.fmean(fixed) if fixed else None
+    ncr = statistics.fmean(broken) if broken else None
+    return {"pcr": pcr, "ncr": ncr, "gain": None if pcr is None or ncr is None else pcr - ncr,
+            "n_incorrect_before": len(fixed), "n_correct_before": len(broken)}
+
+
+def _propagation_table(flag_chains: list[list[bool]], scored_chains: list[list[bool]]) -> list[list[float]]:
+    """2x2 counts over non-first steps: rows = an earlier step is flagged / none is; cols = flagged / not."""
+    table = [[0, 0], [0, 0]]
+    for flags, scored in zip(flag_chains, scored_chains):
+        earlier_flagged = False
+        for i, (flagged, counts) in enumerate(zip(flags, scored)):
+            if i > 0 and counts:
+                table[0 if earlier_flagged else 1][0 if flagged else 1] += 1
+            earlier_flagged |= flagged
+    return table
+
+
+def _odds_ratio(table: list[list[float]]) -> float:
+    # Haldane-Anscombe correction: add 0.5 to every cell when any is zero, so the ratio stays finite.
+    (a, b), (c, d) = table
+    if 0 in (a, b, c, d):
+        a, b, c, d = a + 0.5, b + 0.5, c + 0.5, d + 0.5
+    return (a * d) / (b * c)
+
+
+def error_propagation(gold_chains: list[list[bool | None]], pred_chains: list[list[bool | None]]) -> dict:
+    """VISCO's critique failure patterns (Sec. 4.2): reluctance to say "no" and exaggerated propagation.
+
+    - predicted_incorrect_rate vs gold_incorrect_rate: shares of steps (gold known) called incorrect.
+    - odds_ratio_pred / odds_ratio_gold: odds that a step is flagged when an earlier step of the same
+      chain is flagged, over the odds when none is (first steps excluded; Haldane 0.5 correction when a
+      cell is zero). Each uses its own labels for the earlier steps; a None counts as not flagged.
+    - propagation_bias = odds_ratio_pred / odds_ratio_gold: > 1 means the critic assumes errors
+      propagate more than they do (VISCO Fig. 12); 1 is ideal.
+    Only steps with a gold label are counted as outcomes, in both tables.
+    """
+    if len(gold_chains) != len(pred_chains) or any(len(g) != len(p) for g, p in zip(gold_chains, pred_chains)):
+        raise ValueError("gold_chains and pred_chains must have the same chains with the same step counts")
+    scored = [[g is not None for g in chain] for chain in gold_chains]
+    gold_flags = [[g is False for g in chain] for chain in gold_chains]
+    pred_flags = [[p is False for p in chain] for chain in pred_chains]
+    scored_pairs = [(g, p) for gs, ps, ks in zip(gold_flags, pred_flags, scored)
+                    for g, p, k in zip(gs, ps, ks) if k]
+    gold_table, pred_table = _propagation_table(gold_flags, scored), _propagation_table(pred_flags, scored)
+    odds_gold, odds_pred = _odds_ratio(gold_table), _odds_ratio(pred_table)
+    n = len(scored_pairs)
+    return {"gold_incorrect_rate": sum(g for g, _ in scored_pairs) / n if n else None,
+            "predicted_incorrect_rate": sum(p for _, p in scored_pairs) / n if n else None,
+            "odds_ratio_gold": odds_gold, "odds_ratio_pred": odds_pred,
+            "propagation_bias": odds_pred / odds_gold,
+            "table_gold": gold_table, "table_pred": pred_table, "n_steps": n, "n_chains": len(gold_chains)}
+
+
+# ----------------------------------------------------------------------------- registry
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """How to read one metric: `fn` computes it, `key` names the headline number in fn's dict (None: fn
+    returns the number itself), `aggregation` says what it is averaged or pooled over."""
+
+    name: str
+    fn: Callable
+    higher_is_better: bool
+    aggregation: str
+    description: str
+    key: str | None = None
+
+
+_REGISTRY = [
+    MetricInfo("step_f1", step_f1, True, "pooled over all steps of all chains",
+               "F1 of flagging incorrect steps (VISCO F1_s); unparseable = not flagged", "f1"),
+    MetricInfo("answer_f1", answer_f1, True, "pooled over chains",
+               "F1 of flagging incorrect final answers (VISCO F1_a)", "f1"),
+    MetricInfo("explanation_f1", explanation_f1, True, "pooled over steps, fractional true positives",
+               "step F1 counting a hit only if the explanation matches the reference error (VISCO F1_e)", "f1"),
+    MetricInfo("viscore", viscore, True, "geometric mean of answer, step and explanation F1",
+               "VISCO's holistic critique score"),
+    MetricInfo("verifier_accuracy", verifier_accuracy, True, "mean over items",
+               "label accuracy, invalid outputs counted wrong (MiCEval verifier)", "accuracy"),
+    MetricInfo("verifier_macro_f1", verifier_accuracy, True, "mean over classes of per-class F1",
+               "macro F1 of verifier labels, invalid outputs counted wrong", "macro_f1"),
+    MetricInfo("invalid_rate", verifier_accuracy, False, "mean over items",
+               "share of verifier outputs outside the label set", "invalid_rate"),
+    MetricInfo("somers_d", somers_d, True, "over items scored by both human and judge",
+               "Somers' D(judge | human), MiCEval's human correlation", "d"),
+    MetricInfo("spearman", spearman, True, "over items scored by both human and judge",
+               "Spearman rank correlation with human scores", "rho"),
+    MetricInfo("miceval_chain_score", miceval_chain_score, True, "geometric mean over the steps of one chain",
+               "MiCEval MCoT correctness from per-aspect step scores"),
+    MetricInfo("choice_ranking_accuracy", choice_ranking_accuracy, True, "mean over groups with mixed chains",
+               "share of groups whose top-scored chain is fully correct (ties must all be correct)", "accuracy"),
+    MetricInfo("circular_accuracy", shiftcheck, True, "mean over complete shift groups",
+               "CMMU ShiftCheck: right under every circular shift of the options", "circular_accuracy"),
+    MetricInfo("consistency", shiftcheck, True, "mean over complete shift groups",
+               "same option content chosen under every shift", "consistency"),
+    MetricInfo("bias_rate", shiftcheck, False, "variance over positions, failed 4-option groups",
+               "CMMU BiasRate: variance of pick percentages (0-100 scale) per position", "bias_rate"),
+    MetricInfo("rpts", rpts_chain, True, "height-weighted mean over the steps of one chain",
+               "RPTS tree-weighted step score"),
+    MetricInfo("correction_gain", correction_gain, True, "PCR minus NCR over items",
+               "VISCO correction gain", "gain"),
+    MetricInfo("pcr", correction_gain, True, "mean over initially incorrect items",
+               "positive correction ratio: errors fixed", "pcr"),
+    MetricInfo("ncr", correction_gain, False, "mean over initially correct items",
+               "negative correction ratio: correct answers broken", "ncr"),
+    MetricInfo("error_propagation_bias", error_propagation, False, "ratio of two odds ratios over steps",
+               "critic's over-assumption of error propagation; 1 is ideal, above 1 is VISCO's failure pattern",
+               "propagation_bias"),
+]
+METRICS: dict[str, MetricInfo] = {info.name: info for info in _REGISTRY}

@@ -1,0 +1,127 @@
+"""CMMU's ShiftCheck: circular evaluation of multiple-choice answers and a position-bias rate.
+
+A question with k options is asked k times, each time with the options rotated one place to the right
+(ABCD, DABC, CDAB, BCDA). It counts as answered only if every rotation picks the right option, which
+removes lucky guesses. The failed questions then show where a judge's picks land when it does not
+know: an unbiased judge spreads them evenly over the positions, a biased one piles them on a letter.
+CMMU's BiasRate is the variance of those position frequencies.
+
+In StepCritic an "option" is usually a whole reasoning chain and the question is "which is best?".
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+# CMMU reports BiasRate for four-option questions; the headline number uses those groups only.
+CMMU_OPTION_COUNT = 4
+
+
+def circular_shifts(options: list) -> list[list]:
+    """The k right circular shifts of `options`, starting with the original order (ABCD, DABC, CDAB, BCDA)."""
+    k = len(options)
+    return [list(options[k - i:]) + list(options[:k - i]) for i in range(k)]
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i)
+
+
+def _position(prediction: str | None, n_options: int) -> int | None:
+    """0-based position named by a letter prediction, or None when it names no shown option."""
+    if not isinstance(prediction, str) or len(prediction.strip()) != 1:
+        return None
+    i = ord(prediction.strip().upper()) - ord("A")
+    return i if 0 <= i < n_options else None
+
+
+def _is_complete(records: list[dict]) -> bool:
+    """One record per circular shift of one option list, and nothing else."""
+    base = records[0]["options"]
+    shown = sorted(tuple(r["options"]) for r in records)
+    return shown == sorted(tuple(s) for s in circular_shifts(base))
+
+
+def _position_percentages(groups: list[list[dict]], n_options: int) -> dict[str, float]:
+    """CMMU's P_o = S_o / (m * n) on a 0-100 scale: share of all m*n answers that picked position o.
+
+    Unparseable answers stay in the denominator (they are answers that picked no position), so the
+    percentages sum to less than 100 when a judge produced some.
+    """
+    counts = [0] * n_options
+    for records in groups:
+        for r in records:
+            pos = _position(r["prediction"], n_options)
+            if pos is not None:
+                counts[pos] += 1
+    total = len(groups) * n_options
+    return {_letter(i): 100.0 * c / total for i, c in enumerate(counts)}
+
+
+def shiftcheck(records: list[dict]) -> dict:
+    """Circular accuracy, consistency and CMMU's BiasRate over groups of shifted multiple-choice records.
+
+    Each record: `group_id`, `options` (option contents in the order shown), `prediction` (a letter
+    "A", "B", ... or None when unparseable) and `gold` (content of the right option, or None when the
+    question has no known answer). A group is every record sharing a `group_id`; it is complete when its
+    records are exactly the circular shifts of one option list. Incomplete groups are left out and
+    counted in `n_excluded`.
+
+    - circular_accuracy: among complete groups with a gold answer, the share where every shift picked
+      the gold content (None when no group has gold).
+    - consistency: among complete groups, the share where every shift picked the same option content.
+    - bias_rate: CMMU's BiasRate, the population variance (statistics.pvariance) of the position
+      percentages P_o on a 0-100 scale, over the groups that reveal bias: failed groups when the group has
+      gold, inconsistent groups when it has none. Computed on 4-option groups as in CMMU (None without
+      any); `bias_rate_by_n_options` gives it per option count. Lower is better; 0 = no position preference.
+    - position_distribution: the P_o behind `bias_rate` ({"A": %, "B": %, ...}), also per option count.
+    """
+    by_group: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_group[r["group_id"]].append(r)
+
+    complete, n_excluded = [], 0
+    for group in by_group.values():
+        if _is_complete(group):
+            complete.append(group)
+        else:
+            n_excluded += 1
+
+    n_with_gold = n_correct = n_consistent = 0
+    revealing: dict[int, list[list[dict]]] = defaultdict(list)
+    for group in complete:
+        n_options = len(group[0]["options"])
+        chosen = []
+        for r in group:
+            pos = _position(r["prediction"], n_options)
+            chosen.append(None if pos is None else r["options"][pos])
+        consistent = chosen[0] is not None and all(c == chosen[0] for c in chosen)
+        n_consistent += consistent
+        gold = next((r["gold"] for r in group if r.get("gold") is not None), None)
+        if gold is not None:
+            if gold not in group[0]["options"]:
+                raise ValueError(f"group {group[0]['group_id']!r}: gold {gold!r} is not one of its options")
+            n_with_gold += 1
+            correct = all(c == gold for c in chosen)
+            n_correct += correct
+            reveals_bias = not correct
+        else:
+            reveals_bias = not consistent
+        if reveals_bias:
+            revealing[n_options].append(group)
+
+    distributions = {n: _position_percentages(groups, n) for n, groups in sorted(revealing.items())}
+    bias_by_n = {n: statistics.pvariance(dist.values()) for n, dist in distributions.items()}
+    return {
+        "circular_accuracy": n_correct / n_with_gold if n_with_gold else None,
+        "consistency": n_consistent / len(complete) if complete else None,
+        "bias_rate": bias_by_n.get(CMMU_OPTION_COUNT),
+        "bias_rate_by_n_options": bias_by_n,
+        "position_distribution": distributions.get(CMMU_OPTION_COUNT),
+        "position_distribution_by_n_options": distributions,
+        "n_groups": len(complete),
+        "n_with_gold": n_with_gold,
+        "n_bias_groups": sum(len(g) for g in revealing.values()),
+        "n_excluded": n_excluded,
+    }
