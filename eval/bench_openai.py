@@ -1,0 +1,65 @@
+"""Throughput of the OpenAI-compatible judge against the local fake server (a benchmark, not a test).
+
+    python -m stepcritic.eval.bench_openai [--n 1000] [--concurrency 32] [--latency 0.1] [--repeats 3]
+
+Every request waits `latency` seconds at the server, as a remote model would, so the number measured is
+how well the judge overlaps requests (and what its own per-request work costs), not model speed.
+Needs a source checkout: the fake server lives in tests/fake_openai_server.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+TESTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+
+
+def run_once(base_url: str, chains: list[dict], concurrency: int) -> float:
+    from stepcritic.eval.judges.registry import make_judge
+
+    judge = make_judge({"kind": "openai", "target": "bench", "base_url": base_url, "concurrency": concurrency})
+    start = time.perf_counter()
+    critiques = [c for i in range(0, len(chains), judge.batch_size)
+                 for c in judge.judge_batch(chains[i:i + judge.batch_size])]
+    elapsed = time.perf_counter() - start
+    judge.close()
+    if not all(c.valid for c in critiques):
+        raise SystemExit("benchmark: some judgments were invalid; the fake server or the judge is broken")
+    return len(critiques) / elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=1000, help="judgments per run")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--latency", type=float, default=0.1, help="server delay per request, seconds")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, TESTS_DIR)
+    try:
+        from fake_openai_server import FakeOpenAIServer
+        from helpers import chains as fixture_chains
+    except ImportError:
+        parser.error(f"needs the source checkout's tests folder ({TESTS_DIR})")
+
+    base = fixture_chains(6)
+    chains = [dict(base[i % len(base)], chain_id=f"bench-{i}") for i in range(args.n)]
+    rates = []
+    with FakeOpenAIServer(latency=args.latency) as server:
+        for run in range(1, args.repeats + 1):
+            rates.append(run_once(server.base_url, chains, args.concurrency))
+            print(f"run {run}: {rates[-1]:.1f} judgments/s", flush=True)
+    ideal = args.concurrency / args.latency
+    print(f"median of {args.repeats}: {statistics.median(rates):.1f} judgments/s "
+          f"(n={args.n}, concurrency={args.concurrency}, latency={args.latency * 1000:.0f} ms; "
+          f"ideal {ideal:.0f}/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""A local transformers vision-language judge: a base model, a trained critic, or a LoRA adapter folder.
+
+`hf:MODEL_DIR[,mode=critique|verifier|score][,task=...][,max_new_tokens=256][,temperature=0]`.
+Prompts are generated in batches of `batch_size` with left padding (so every row's answer starts at the
+same position) and greedy decoding unless `temperature` > 0. The model loads on first use, so building
+the judge to check the cache costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply, to_pil
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+CONTENT_HASH_LIMIT = 256 * 2**20  # hash the bytes of weight files up to this size (adapters), else size+mtime
+
+
+def weights_digest(path: str) -> str:
+    """A digest that changes whenever the model folder is retrained or replaced.
+
+    JSON files (config, tokenizer, adapter config) are hashed by content, weight files by content up to
+    `CONTENT_HASH_LIMIT` and by size and modification time above it (rehashing gigabytes per run would cost
+    more than it saves). An adapter folder also covers its base model folder. A Hub id (no folder) is
+    represented by its name only.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        return f"name:{path}"
+    digest = hashlib.sha256()
+    for file in sorted(folder.iterdir()):
+        if file.suffix == ".json" or file.name.endswith(".jinja"):
+            digest.update(file.name.encode() + file.read_bytes())
+        elif file.suffix in WEIGHT_SUFFIXES:
+            stat = file.stat()
+            if stat.st_size <= CONTENT_HASH_LIMIT:
+                digest.update(file.name.encode() + hashlib.sha256(file.read_bytes()).digest())
+            else:
+                digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    adapter_config = folder / "adapter_config.json"
+    if adapter_config.is_file():
+        base = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+        if base:
+            digest.update(weights_digest(base).encode())
+    return digest.hexdigest()[:16]
+
+
+class HFJudge(GenerativeJudge):
+    kind = "hf"
+    OPTIONS = {**{k: v for k, v in GenerativeJudge.OPTIONS.items() if k != "max_tokens"},
+               "max_new_tokens": int, "dtype": str, "device": str}
+    RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"device"}
+
+    def __init__(self, spec: str, target: str | None = None, max_new_tokens: int = 256, dtype: str = "auto",
+                 device: str | None = None, **options):
+        if not target:
+            raise ValueError("the hf judge needs a model folder or Hub id: hf:MODEL_DIR")
+        super().__init__(spec, target=target, max_tokens=max_new_tokens, dtype=dtype, device=device, **options)
+        self.dtype, self.device = dtype, device
+        self._model = self._processor = None
+
+    def fingerprint_extra(self) -> dict:
+        return {**super().fingerprint_extra(), "weights": weights_digest(self.target)}
+
+    def _load(self):
+        if self._model is None:
+            import torch
+
+            from stepcritic.train.tiny import load_critic
+
+            model, processor = load_critic(self.target, dtype=self.dtype)
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._model = model.to(device).eval()
+            # left padding: in a batch every prompt then ends where generation starts
+            processor.tokenizer.padding_side = "left"
+            self._processor = processor
+        return self._model, self._processor
+
+    def generate(self, prompts: list[Prompt]) -> list[Reply]:
+        import torch
+
+        model, processor = self._load()
+        sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
+        replies = []
+        for start in range(0, len(prompts), self.batch_size):
+            batch = prompts[start:start + self.batch_size]
+            texts = [processor.apply_chat_template(p.messages, add_generation_prompt=True, tokenize=False)
+                     for p in batch]
+            images = [to_pil(image) for p in batch for image in p.images]
+            inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt").to(model.device)
+            with torch.inference_mode():
+                output = model.generate(**inputs, max_new_tokens=self.max_tokens,
+                                        pad_token_id=processor.tokenizer.pad_token_id, **sampling)
+            new_tokens = output[:, inputs["input_ids"].shape[1]:]
+            replies += [Reply(text=text) for text in processor.batch_decode(new_tokens, skip_special_tokens=True)]
+        return replies

@@ -1,0 +1,162 @@
+"""A judge behind any OpenAI-compatible chat endpoint (GPT-4o, or a local vLLM / SGLang server).
+
+Plain HTTP from the standard library with a thread pool: `concurrency` requests in flight, each retried
+with exponential backoff and jitter on 429, 5xx and connection errors. A request that still fails makes
+its chain invalid (with the error) instead of stopping the run; only when every request of the first
+call fails is the endpoint treated as unusable and `EndpointUnavailable` raised.
+
+The API key is read from the environment variable named by `api_key_env` and kept out of the
+fingerprint, the options, repr, raw outputs and error messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import random
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply, png_bytes
+
+RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+MAX_BACKOFF_S = 30.0
+
+
+class EndpointUnavailable(RuntimeError):
+    """No request of the first batch got an answer: wrong URL, server down, or a bad key."""
+
+
+class _Secret:
+    """Holds the API key so that printing or logging the judge shows nothing of it."""
+
+    def __init__(self, value: str | None):
+        self._value = value
+
+    def get(self) -> str | None:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<secret>" if self._value else "<none>"
+
+    def redact(self, text: str | None) -> str | None:
+        if text and self._value:
+            return text.replace(self._value, "***")
+        return text
+
+
+def openai_messages(prompt: Prompt) -> list[dict]:
+    """Chat messages in the OpenAI wire format: image placeholders become base64 PNG data URLs."""
+    images = iter(prompt.images)
+    out = []
+    for message in prompt.messages:
+        content = message["content"]
+        if isinstance(content, list):
+            content = [
+                {"type": "image_url",
+                 "image_url": {"url": "data:image/png;base64," + base64.b64encode(png_bytes(next(images))).decode()}}
+                if part.get("type") == "image" else part
+                for part in content]
+        out.append({"role": message["role"], "content": content})
+    return out
+
+
+class OpenAIJudge(GenerativeJudge):
+    kind = "openai"
+    OPTIONS = {**GenerativeJudge.OPTIONS, "base_url": str, "api_key_env": str, "concurrency": int,
+               "timeout": float, "max_retries": int, "backoff": float}
+    RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"concurrency", "timeout", "max_retries", "backoff",
+                                                        "api_key_env"}
+
+    def __init__(self, spec: str, target: str | None = None, base_url: str = "https://api.openai.com/v1",
+                 api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8, timeout: float = 120.0,
+                 max_retries: int = 5, backoff: float = 1.0, **options):
+        if not target:
+            raise ValueError("the openai judge needs a model name: openai:MODEL (e.g. openai:gpt-4o)")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        options.setdefault("batch_size", 4 * concurrency)  # enough chains per batch to keep the pool busy
+        super().__init__(spec, target=target, base_url=base_url, api_key_env=api_key_env,
+                         concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
+                         **options)
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.concurrency, self.timeout = concurrency, timeout
+        self.max_retries, self.backoff = max_retries, backoff
+        self._key = _Secret(os.environ.get(api_key_env))
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai-judge")
+        self._reached = False  # has the endpoint answered at least once?
+
+    def generate(self, prompts: list[Prompt]) -> list[Reply]:
+        replies = list(self._pool.map(self._request, prompts))
+        if replies and not self._reached:
+            if all(r.error for r in replies):
+                raise EndpointUnavailable(
+                    f"{self.kind} judge {self.target!r}: none of {len(replies)} requests to {self.url} succeeded "
+                    f"(last error: {replies[-1].error}); check base_url, the server and ${self.options['api_key_env']}")
+            self._reached = True
+        return replies
+
+    def _request(self, prompt: Prompt) -> Reply:
+        body = json.dumps({"model": self.target, "messages": openai_messages(prompt),
+                           "temperature": self.temperature, "max_tokens": self.max_tokens}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self._key.get():
+            headers["Authorization"] = f"Bearer {self._key.get()}"
+        error = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self._delay(attempt, error))
+            try:
+                request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    payload = response.read()
+            except urllib.error.HTTPError as e:
+                error = _HTTPFailure(e.code, self._key.redact(_body_excerpt(e)), e.headers.get("Retry-After"))
+                if e.code not in RETRY_STATUS:
+                    break
+                continue
+            except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out, cut short
+                error = _HTTPFailure(None, self._key.redact(f"{type(e).__name__}: {getattr(e, 'reason', e)}"))
+                continue
+            return self._read(payload)
+        return Reply(error=f"{error} (after {attempt + 1} attempts)")
+
+    def _read(self, payload: bytes) -> Reply:
+        text = self._key.redact(payload.decode("utf-8", "replace"))
+        try:
+            return Reply(text=json.loads(text)["choices"][0]["message"]["content"] or "")
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+            # the server answered, but not in the chat format: keep what it said for the record
+            return Reply(text=text[:2000])
+
+    def _delay(self, attempt: int, error: "_HTTPFailure | None") -> float:
+        if error is not None and error.retry_after:
+            return min(error.retry_after, MAX_BACKOFF_S)
+        # exponential backoff with full jitter, so that many throttled threads do not retry in lockstep
+        return random.uniform(0, min(self.backoff * 2 ** (attempt - 1), MAX_BACKOFF_S))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _HTTPFailure:
+    def __init__(self, status: int | None, detail: str, retry_after: str | None = None):
+        self.status, self.detail = status, detail
+        try:
+            self.retry_after = float(retry_after) if retry_after else None
+        except ValueError:  # an HTTP date: fall back to our own backoff
+            self.retry_after = None
+
+    def __str__(self) -> str:
+        return f"HTTP {self.status}: {self.detail}" if self.status else self.detail
+
+
+def _body_excerpt(error: urllib.error.HTTPError) -> str:
+    try:
+        return error.read().decode("utf-8", "replace")[:300].strip() or error.reason
+    except OSError:
+        return str(error.reason)

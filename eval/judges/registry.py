@@ -1,0 +1,175 @@
+"""Judge specs: `KIND[:TARGET][,key=value...]`, or the same as a dict / YAML block.
+
+    always-correct
+    random,rate=0.3,seed=0
+    hf:runs/critic,mode=critique,max_new_tokens=256
+    openai:gpt-4o,base_url=http://127.0.0.1:8000/v1,concurrency=32,strategy=lookback
+    text-only:openai:gpt-4o,concurrency=32         (everything after "text-only:" is the inner spec)
+    {"kind": "openai", "target": "gpt-4o", "concurrency": 32, "blank_image": true}
+
+Values are typed (`true`/`false`, integers, floats, else strings) and then checked against the judge
+class's `OPTIONS` (name -> type). `blank_image=true` on any spec is the same as wrapping it in
+`text-only:`. Judge classes are imported only when a spec names them, so listing kinds stays instant.
+A judge class is built as `cls(canonical_spec, target=TARGET, **options)` (no `target` when absent).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+
+KINDS: dict[str, tuple[str, str]] = {
+    "always-correct": ("stepcritic.eval.judges.baselines:AlwaysCorrectJudge",
+                       "baseline: every step and the answer judged correct"),
+    "random": ("stepcritic.eval.judges.baselines:RandomJudge",
+               "baseline: each step flagged incorrect with probability rate (rate=0.5, seed=0)"),
+    "majority": ("stepcritic.eval.judges.baselines:MajorityJudge",
+                 "baseline: the majority step class (prior=share of incorrect steps; default: correct)"),
+    "text-only": ("stepcritic.eval.judges.baselines:TextOnlyJudge",
+                  "ablation: text-only:INNER_SPEC runs INNER_SPEC on blank images of the same size"),
+    "hf": ("stepcritic.eval.judges.hf:HFJudge",
+           "local transformers VLM or LoRA adapter: hf:MODEL_DIR[,mode=critique|verifier|score,task=...]"),
+    "openai": ("stepcritic.eval.judges.openai_judge:OpenAIJudge",
+               "OpenAI-compatible chat API: openai:MODEL[,base_url=...,api_key_env=...,concurrency=8]"),
+    "vllm": ("stepcritic.eval.judges.vllm_judge:VLLMJudge",
+             "offline vLLM engine (needs the vllm extra and a GPU): vllm:MODEL_DIR"),
+    "prm": ("stepcritic.eval.judges.prm:PRMJudge",
+            "trained process reward model: prm:MODEL_DIR[,threshold=0.5]"),
+    "reward": ("stepcritic.eval.judges.reward:RewardJudge",
+               "trained outcome reward model (chain scores only): reward:MODEL_DIR"),
+}
+WRAPPERS = {"text-only"}  # kinds whose target is a whole inner spec
+GENERIC_OPTIONS = {"blank_image": bool}  # accepted by every kind, handled here
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    kind: str
+    target: str | None = None
+    options: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        head = self.kind if self.target is None else f"{self.kind}:{self.target}"
+        if self.kind in WRAPPERS:
+            return head
+        return ",".join([head] + [f"{k}={_format(v)}" for k, v in sorted(self.options.items())])
+
+
+def _format(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def typed(value):
+    """'true' -> True, '3' -> 3, '0.5' -> 0.5, anything else stays a string."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", text):
+        return float(text)
+    return text
+
+
+def judge_class(kind: str):
+    if kind not in KINDS:
+        raise ValueError(f"unknown judge kind {kind!r}; known kinds: {', '.join(KINDS)}")
+    module_name, class_name = KINDS[kind][0].split(":")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except ImportError as e:
+        raise ValueError(f"judge kind {kind!r} is not available here: cannot import {module_name} ({e})") from None
+
+
+def _checked_options(kind: str, options: dict, where: str) -> dict:
+    """Options coerced to the types the judge class declares; unknown names are an error."""
+    own = getattr(judge_class(kind), "OPTIONS", None)
+    if own is None:  # a class that declares no option list checks its own keyword arguments
+        return dict(options)
+    declared = {**GENERIC_OPTIONS, **own}
+    out = {}
+    for name, value in options.items():
+        if name not in declared:
+            raise ValueError(f"{where}: unknown option {name!r} for judge kind {kind!r}; "
+                             f"allowed: {', '.join(sorted(declared)) or 'none'}")
+        want = declared[name]
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif want is str and not isinstance(value, str):
+            value = _format(value)
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise ValueError(f"{where}: option {name}={value!r} should be of type {want.__name__}")
+        out[name] = value
+    return out
+
+
+def parse_spec(spec) -> JudgeSpec:
+    """A judge spec string or dict -> `JudgeSpec`, with typed and checked options (ValueError otherwise)."""
+    if isinstance(spec, JudgeSpec):
+        return spec
+    if isinstance(spec, dict):
+        return _parse_dict(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"a judge spec must be a non-empty string or a mapping, got {spec!r}")
+    spec = spec.strip()
+    kind = re.split(r"[:,]", spec, maxsplit=1)[0].strip()
+    if kind in WRAPPERS:
+        inner = spec[len(kind):].lstrip(":").strip()
+        if not spec[len(kind):].startswith(":") or not inner:
+            raise ValueError(f"judge spec {spec!r}: {kind} needs an inner spec, as in {kind}:KIND[:TARGET]")
+        return JudgeSpec(kind, str(parse_spec(inner)))
+    head, *pairs = spec.split(",")
+    kind, colon, target = (part.strip() for part in head.partition(":"))
+    if colon and not target:
+        raise ValueError(f"judge spec {spec!r}: empty target after {kind!r}:")
+    judge_class(kind)
+    options = {}
+    for pair in pairs:
+        name, eq, value = (part.strip() for part in pair.partition("="))
+        if not eq or not name:
+            raise ValueError(f"judge spec {spec!r}: option {pair.strip()!r} is not key=value")
+        if name in options:
+            raise ValueError(f"judge spec {spec!r}: option {name!r} given twice")
+        options[name] = typed(value)
+    return JudgeSpec(kind, target or None, _checked_options(kind, options, f"judge spec {spec!r}"))
+
+
+def _parse_dict(block: dict) -> JudgeSpec:
+    block = dict(block)
+    kind = block.pop("kind", None)
+    if not isinstance(kind, str):
+        raise ValueError(f"judge block {block!r} has no 'kind'")
+    target = block.pop("target", None)
+    options = {**block.pop("options", {}), **block}
+    judge_class(kind)
+    if kind in WRAPPERS:
+        if target is None or options:
+            raise ValueError(f"judge block of kind {kind!r} takes only 'target' (the inner spec or block)")
+        return JudgeSpec(kind, str(parse_spec(target)))
+    options = {k: typed(v) for k, v in options.items()}
+    return JudgeSpec(kind, None if target is None else str(target),
+                     _checked_options(kind, options, f"judge block of kind {kind!r}"))
+
+
+def make_judge(spec):
+    """Build the judge a spec describes."""
+    js = parse_spec(spec)
+    if js.kind in WRAPPERS:
+        return judge_class(js.kind)(str(js), make_judge(js.target))
+    options = dict(js.options)
+    if options.pop("blank_image", False):
+        inner = JudgeSpec(js.kind, js.target, options)
+        return judge_class("text-only")(f"text-only:{inner}", make_judge(inner))
+    canonical = str(JudgeSpec(js.kind, js.target, options))
+    if js.target is not None:
+        options["target"] = js.target
+    return judge_class(js.kind)(canonical, **options)
+
+
+def describe_kinds() -> str:
+    """One line per kind, for `stepcritic eval --list-judges`."""
+    width = max(map(len, KINDS))
+    return "\n".join(f"{kind:<{width}}  {help_text}" for kind, (_, help_text) in KINDS.items())

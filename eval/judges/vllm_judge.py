@@ -1,0 +1,47 @@
+"""An offline vLLM engine judge (`vllm:MODEL_DIR`), for fast local evaluation on GPU machines.
+
+vLLM is an optional extra (`pip install 'stepcritic[vllm]'`); without it the judge refuses to start with
+a message saying so. Prompts are sent through `LLM.chat` in the OpenAI message format, so images travel
+as data URLs exactly as they do to an API endpoint. The engine starts on first use.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply
+from stepcritic.eval.judges.hf import weights_digest
+from stepcritic.eval.judges.openai_judge import openai_messages
+
+
+class VLLMJudge(GenerativeJudge):
+    kind = "vllm"
+    OPTIONS = {**GenerativeJudge.OPTIONS, "gpu_memory_utilization": float, "max_model_len": int,
+               "tensor_parallel_size": int}
+    RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"gpu_memory_utilization", "tensor_parallel_size"}
+
+    def __init__(self, spec: str, target: str | None = None, gpu_memory_utilization: float = 0.85,
+                 max_model_len: int = 8192, tensor_parallel_size: int = 1, **options):
+        if importlib.util.find_spec("vllm") is None:
+            raise RuntimeError("the vllm judge needs the optional vLLM extra on a GPU machine: "
+                               "pip install 'stepcritic[vllm]' (or use hf:MODEL_DIR, which needs no extra)")
+        if not target:
+            raise ValueError("the vllm judge needs a model folder or Hub id: vllm:MODEL_DIR")
+        options.setdefault("batch_size", 256)  # vLLM schedules a large batch better than many small ones
+        super().__init__(spec, target=target, gpu_memory_utilization=gpu_memory_utilization,
+                         max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size, **options)
+        self.engine_args = {"model": target, "gpu_memory_utilization": gpu_memory_utilization,
+                            "max_model_len": max_model_len, "tensor_parallel_size": tensor_parallel_size}
+        self._engine = None
+
+    def fingerprint_extra(self) -> dict:
+        return {**super().fingerprint_extra(), "weights": weights_digest(self.target)}
+
+    def generate(self, prompts: list[Prompt]) -> list[Reply]:
+        from vllm import LLM, SamplingParams
+
+        if self._engine is None:
+            self._engine = LLM(**self.engine_args)
+        params = SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens)
+        outputs = self._engine.chat([openai_messages(p) for p in prompts], params, use_tqdm=False)
+        return [Reply(text=out.outputs[0].text) for out in outputs]

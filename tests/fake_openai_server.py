@@ -1,0 +1,116 @@
+"""A small OpenAI-compatible chat server for tests and the benchmark (127.0.0.1, random port, own thread).
+
+It answers `POST /v1/chat/completions` from what the prompt asks for: a JSON critique that flags step 2
+(the number of steps is read from the "Step k:" lines), a question list or a short answer for the
+LookBack phases, a letter for the listwise question, a label for verifier prompts. Knobs for tests:
+`latency` (seconds per request), `fail_first` (that many requests per prompt get `fail_status`
+first; with `echo_auth` the error quotes the Authorization header back, as some real APIs do),
+`garbage` (answer text that is not a critique), `hang` (never answer in time). It records every
+request body and header, and the highest number of requests it had in flight at once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def reply_for(text: str) -> str:
+    """What a helpful (and fixed-minded) critic would say to our prompts."""
+    if "JSON list of at most" in text:
+        return '["What colour is the shape?"]'
+    if "answer this question from what you can see" in text:
+        return "The shape is blue."
+    if "Reply with the letter" in text:
+        return "B"
+    if "Reply with exactly one of these words" in text:
+        return "incorrect"
+    if "rate how sound this answer is" in text:
+        return "7"
+    n_steps = max([int(n) for n in re.findall(r"(?m)^Step (\d+):", text)] or [3])
+    steps = [{"step": i, "correct": i != 2} | ({"explanation": "The colour is wrong."} if i == 2 else {})
+             for i in range(1, n_steps + 1)]
+    return json.dumps({"steps": steps, "answer_correct": False})
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # the default listen backlog of 5 would drop a burst of 32 clients
+
+
+class FakeOpenAIServer:
+    def __init__(self, latency: float = 0.0, fail_first: int = 0, fail_status: int = 500,
+                 garbage: str | None = None, hang: bool = False, echo_auth: bool = False):
+        self.latency, self.fail_first, self.fail_status = latency, fail_first, fail_status
+        self.garbage, self.hang, self.echo_auth = garbage, hang, echo_auth
+        self.requests: list[dict] = []   # {"headers": {...}, "body": {...}} of every request received
+        self.in_flight = self.max_in_flight = 0
+        self._attempts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                server._handle(self)
+
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def prompt_texts(self) -> list[str]:
+        return [" ".join(part.get("text", "") for m in r["body"]["messages"] for part in m["content"]
+                         if isinstance(part, dict)) for r in self.requests]
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+        with self._lock:
+            self.requests.append({"headers": dict(handler.headers), "body": body})
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.hang:
+                self._stop.wait(30)
+                return
+            time.sleep(self.latency)
+            text = " ".join(p.get("text", "") for m in body["messages"] for p in m["content"] if p.get("type") == "text")
+            with self._lock:
+                seen = self._attempts[text] = self._attempts.get(text, 0) + 1
+            if seen <= self.fail_first:
+                message = f"bad key {handler.headers.get('Authorization')}" if self.echo_auth else "try again later"
+                self._send(handler, self.fail_status, {"error": {"message": message}})
+                return
+            content = self.garbage if self.garbage is not None else reply_for(text)
+            self._send(handler, 200, {"id": "fake", "object": "chat.completion", "model": body.get("model"),
+                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant", "content": content}}]})
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    @staticmethod
+    def _send(handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        try:
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
+            pass

@@ -1,0 +1,237 @@
+"""Judge specs, the baselines, the text-only ablation, the local hf judge, LookBack and the listwise choice."""
+
+import base64
+import importlib.util
+import io
+import json
+
+import pytest
+from fake_openai_server import FakeOpenAIServer
+from helpers import chain, chains, step
+from PIL import Image
+
+from stepcritic.eval.judges.baselines import MajorityJudge, RandomJudge, TextOnlyJudge
+from stepcritic.eval.judges.generative import parse_label, parse_letter, parse_score
+from stepcritic.eval.judges.hf import weights_digest
+from stepcritic.eval.judges.lookback import parse_questions
+from stepcritic.eval.judges.registry import KINDS, JudgeSpec, describe_kinds, make_judge, parse_spec
+
+
+def fake_openai(server, **options):
+    return make_judge({"kind": "openai", "target": "m", "base_url": server.base_url, "concurrency": 4, **options})
+
+
+# ----------------------------------------------------------------------------- specs
+
+@pytest.mark.parametrize("spec, expected", [
+    ("always-correct", JudgeSpec("always-correct")),
+    ("random,rate=0.3,seed=0", JudgeSpec("random", None, {"rate": 0.3, "seed": 0})),
+    ("random,rate=1", JudgeSpec("random", None, {"rate": 1.0})),
+    ("majority,prior=0.2", JudgeSpec("majority", None, {"prior": 0.2})),
+    ("hf:runs/critic,mode=critique,max_new_tokens=64", JudgeSpec("hf", "runs/critic", {"mode": "critique", "max_new_tokens": 64})),
+    ("openai:gpt-4o,base_url=http://127.0.0.1:8000/v1,api_key_env=OPENAI_API_KEY,concurrency=32",
+     JudgeSpec("openai", "gpt-4o", {"base_url": "http://127.0.0.1:8000/v1", "api_key_env": "OPENAI_API_KEY", "concurrency": 32})),
+    ("openai:gpt-4o,strategy=lookback,blank_image=true", JudgeSpec("openai", "gpt-4o", {"strategy": "lookback", "blank_image": True})),
+    ("text-only:random,seed=3", JudgeSpec("text-only", "random,seed=3")),
+    ({"kind": "openai", "target": "gpt-4o", "concurrency": 32}, JudgeSpec("openai", "gpt-4o", {"concurrency": 32})),
+    ({"kind": "random", "options": {"rate": "0.25"}}, JudgeSpec("random", None, {"rate": 0.25})),
+    ({"kind": "text-only", "target": {"kind": "random", "seed": 1}}, JudgeSpec("text-only", "random,seed=1")),
+])
+def test_good_specs(spec, expected):
+    assert parse_spec(spec) == expected
+    assert parse_spec(str(expected)) == expected  # the canonical string reads back the same
+
+
+@pytest.mark.parametrize("spec, complaint", [
+    ("oracle", "unknown judge kind 'oracle'"),
+    ("random,rate", "option 'rate' is not key=value"),
+    ("random,temperature=1", "unknown option 'temperature' for judge kind 'random'"),
+    ("random,rate=high", "option rate='high' should be of type float"),
+    ("openai:gpt-4o,concurrency=2.5", "option concurrency=2.5 should be of type int"),
+    ("random,seed=1,seed=2", "option 'seed' given twice"),
+    ("hf:", "empty target"),
+    ("text-only", "needs an inner spec"),
+    ("text-only:oracle", "unknown judge kind 'oracle'"),
+    ({"target": "x"}, "has no 'kind'"),
+    ("", "non-empty"),
+])
+def test_bad_specs_name_the_bad_part(spec, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        parse_spec(spec)
+
+
+def test_bad_option_values_are_rejected_when_building():
+    with pytest.raises(ValueError, match="rate must be between 0 and 1"):
+        make_judge("random,rate=2")
+    with pytest.raises(ValueError, match="unknown mode 'essay'"):
+        make_judge("openai:m,mode=essay")
+    with pytest.raises(ValueError, match="lookback needs mode=critique"):
+        make_judge("openai:m,mode=score,strategy=lookback")
+    with pytest.raises(ValueError, match="unknown verifier task 'vibes'"):
+        make_judge("openai:m,mode=verifier,task=vibes")
+
+
+def test_every_kind_is_listed_with_help():
+    assert {"always-correct", "random", "majority", "text-only", "hf", "openai", "vllm", "prm", "reward"} <= set(KINDS)
+    assert all(kind in describe_kinds() for kind in KINDS)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_vllm_without_the_extra_is_a_clear_error():
+    with pytest.raises(RuntimeError, match=r"pip install 'stepcritic\[vllm\]'"):
+        make_judge("vllm:some/model")
+
+
+# ----------------------------------------------------------------------------- baselines
+
+def test_always_correct():
+    judge = make_judge("always-correct")
+    critiques = judge.judge_batch(chains(4))
+    assert all(c.verdicts == [True] * 3 and c.answer_correct and c.chain_score == 1.0 for c in critiques)
+    assert judge.needs_images is False
+
+
+def test_random_is_seeded_per_chain_and_follows_the_rate():
+    many = [dict(c, chain_id=f"c{i}") for i, c in enumerate(chains(2) * 200)]
+    judge = make_judge("random,rate=0.3,seed=7")
+    forward = {c.chain_id: c.verdicts for c in judge.judge_batch(many)}
+    backward = {c.chain_id: c.verdicts for c in judge.judge_batch(many[::-1][:50])}
+    assert all(forward[cid] == verdicts for cid, verdicts in backward.items())
+    flagged = sum(v is False for verdicts in forward.values() for v in verdicts) / (3 * len(many))
+    assert 0.25 < flagged < 0.35
+    assert judge.judge_batch(many[:1])[0].p_incorrect == [0.3] * 3
+    other_seed = {c.chain_id: c.verdicts for c in make_judge("random,rate=0.3,seed=8").judge_batch(many)}
+    assert other_seed != forward
+    assert all(v is False for c in make_judge("random,rate=1").judge_batch(many[:5]) for v in c.verdicts)
+
+
+def test_majority_defaults_to_correct_and_learns_the_majority_class():
+    mostly_wrong = [chain(steps=[step("a", correct=False), step("b", correct=False), step("c")])]
+    assert make_judge("majority").judge_batch(chains(2))[0].verdicts == [True] * 3
+    fitted = MajorityJudge("majority").fit(mostly_wrong)
+    assert fitted.judge_batch(chains(2))[0].verdicts == [False] * 3
+    assert fitted.judge_batch(chains(2))[0].p_incorrect == pytest.approx([2 / 3] * 3)
+    assert fitted.fingerprint() != MajorityJudge("majority").fingerprint()
+    assert make_judge("majority,prior=0.8").judge_batch(chains(2))[0].verdicts == [False] * 3
+
+
+def _sent_image(request) -> Image.Image:
+    url = request["body"]["messages"][0]["content"][0]["image_url"]["url"]
+    return Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+
+
+@pytest.mark.parametrize("style", ["prefix", "option"])
+def test_text_only_really_blanks_the_images(style):
+    with FakeOpenAIServer() as server:
+        spec = f"openai:m,base_url={server.base_url}"
+        judge = make_judge(f"text-only:{spec}" if style == "prefix" else f"{spec},blank_image=true")
+        assert isinstance(judge, TextOnlyJudge)
+        critiques = judge.judge_batch(chains(2))
+        picked = judge.pick_best(chains(2))
+        plain = make_judge(spec)
+        plain.judge_batch(chains(2)[:1])
+    assert all(c.valid for c in critiques) and picked == 1
+    blanked = [_sent_image(r) for r in server.requests[:-1]]
+    assert all(im.size == (64, 64) and im.getcolors() == [(64 * 64, (255, 255, 255))] for im in blanked)
+    assert len(_sent_image(server.requests[-1]).getcolors()) > 1  # the unwrapped judge sees the real image
+    assert judge.fingerprint() != plain.fingerprint()
+
+
+def test_text_only_leaves_judges_without_images_alone():
+    judge = make_judge("text-only:random,seed=1")
+    assert judge.needs_images is False
+    assert [c.verdicts for c in judge.judge_batch(chains(4))] == \
+        [c.verdicts for c in RandomJudge("random", seed=1).judge_batch(chains(4))]
+
+
+# ----------------------------------------------------------------------------- generative modes (fake server)
+
+def test_score_and_verifier_modes():
+    with FakeOpenAIServer() as server:
+        scored = fake_openai(server, mode="score").judge_batch(chains(2))
+        verified = fake_openai(server, mode="verifier", task="logic_correctness").judge_batch(chains(2))
+    assert [c.chain_score for c in scored] == [0.7, 0.7] and all(c.valid for c in scored)
+    assert scored[0].verdicts == [None] * 3
+    # only the reasoning step is asked about logic; the fake critic calls it incorrect
+    assert verified[0].verdicts == [None, None, False] and verified[0].valid
+    assert verified[0].extra["labels"] == [None, None, "incorrect"]
+
+
+def test_lookback_checks_the_image_before_the_final_critique():
+    with FakeOpenAIServer() as server:
+        (critique,) = fake_openai(server, strategy="lookback").judge_batch(chains(2)[:1])
+    prompts = server.prompt_texts()
+    # 1 first critique + 3 question requests (one per step) + 4 answers (3 questions + the original one) + 1 final
+    assert len(prompts) == 9
+    assert sum("JSON list of at most" in p for p in prompts) == 3
+    assert any("What colour is the shape?" in p and "from what you can see" in p for p in prompts)
+    final = prompts[-1]
+    assert "The shape is blue." in final and "first review" in final
+    assert critique.valid and critique.verdicts == [True, False, True]
+    assert len(critique.extra["lookback"]["checks"]) == 4
+
+
+# ----------------------------------------------------------------------------- reading replies
+
+@pytest.mark.parametrize("text, n, expected", [
+    ("B", 3, 1), (" c. ", 3, 2), ("**A**", 2, 0), ("Answer D is best.", 4, 3), ("The best one is (b).", 3, 1),
+    ("A careful look shows C", 3, 2), ("B is the most careful", 3, 1), ("E", 3, None), ("none of them", 3, None), ("", 2, None), (None, 2, None),
+])
+def test_parse_letter(text, n, expected):
+    assert parse_letter(text, n) == expected
+
+
+def test_pick_best_asks_one_listwise_question():
+    with FakeOpenAIServer() as server:
+        assert fake_openai(server).pick_best(chains(4)[:3]) == 1
+        server.garbage = "I cannot decide."
+        assert fake_openai(server).pick_best(chains(2)) is None
+    text = server.prompt_texts()[0]
+    assert "Answer A:" in text and "Answer C:" in text and "(A, B, C)" in text
+
+
+@pytest.mark.parametrize("text, labels, expected", [
+    ("Incorrect.", ("correct", "incorrect"), "incorrect"), ("correct", ("correct", "incorrect"), "correct"),
+    ("yes", ("relevant", "irrelevant"), "relevant"), ("No, it repeats step 1", ("informative", "uninformative"), "uninformative"),
+    ("non-spatial", ("entity", "attribute", "spatial", "non_spatial"), "non_spatial"),
+    ("It is PARTIAL", ("correct", "partial", "unsupported"), "partial"), ("maybe", ("correct", "incorrect"), None),
+])
+def test_parse_label(text, labels, expected):
+    assert parse_label(text, labels) == expected
+
+
+def test_parse_score_and_questions():
+    assert parse_score("I'd give it 8/10") == 0.8
+    assert parse_score("eleven") is None and parse_score("42") is None
+    assert parse_questions('Sure: ["Is it red?", "How many?"]') == ["Is it red?", "How many?"]
+    assert parse_questions("1. Is it red?\n2. What shape is it?\nThat is all.") == ["Is it red?", "What shape is it?"]
+
+
+# ----------------------------------------------------------------------------- the local hf judge
+
+def test_weights_digest_follows_the_weights(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"v1")
+    before = weights_digest(str(tmp_path))
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"v2")
+    assert weights_digest(str(tmp_path)) != before
+    assert weights_digest("org/hub-model") == "name:org/hub-model"
+
+
+@pytest.fixture(scope="module")
+def tiny_critic():
+    tiny = pytest.importorskip("stepcritic.train.tiny", reason="train/tiny.py (the tiny critic builder) is absent")
+    return tiny.tiny_critic_path()  # the shared build cache: built once, reused by every test file
+
+
+def test_hf_judge_with_an_untrained_tiny_model(tiny_critic):
+    critic = make_judge(f"hf:{tiny_critic},max_new_tokens=8,batch_size=2")
+    critiques = critic.judge_batch(chains(2))
+    # random weights write nonsense: every chain must be reported invalid with its raw text, not crash
+    assert [c.chain_id for c in critiques] == [c["chain_id"] for c in chains(2)]
+    assert all(not c.valid and c.raw is not None and len(c.verdicts) == 3 for c in critiques)
+    verifier = make_judge(f"hf:{tiny_critic},mode=verifier,task=description_correctness,max_new_tokens=4")
+    (checked,) = verifier.judge_batch(chains(2)[:1])
+    assert len(json.loads(checked.raw)) == 2  # one prompt per description step
+    assert checked.extra["task"] == "description_correctness" and len(checked.extra["labels"]) == 3
+    assert critic.fingerprint() != verifier.fingerprint()

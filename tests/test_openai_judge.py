@@ -1,0 +1,124 @@
+"""The OpenAI-compatible judge against a local fake server: parsing, retries, failures, secrecy, concurrency."""
+
+import base64
+import io
+import json
+import logging
+import socket
+import time
+
+import pytest
+from fake_openai_server import FakeOpenAIServer
+from helpers import chains
+from PIL import Image
+
+from stepcritic.eval.judges.openai_judge import EndpointUnavailable
+from stepcritic.eval.judges.registry import make_judge
+
+
+def judge_for(server, **overrides):
+    return make_judge({"kind": "openai", "target": "fake-model", "base_url": server.base_url, "concurrency": 4,
+                       "max_retries": 3, "backoff": 0.01, **overrides})
+
+
+def test_valid_answers_parse_and_images_arrive_as_data_urls():
+    with FakeOpenAIServer() as server:
+        critiques = judge_for(server).judge_batch(chains(4))
+    assert [c.verdicts for c in critiques] == [[True, False, True]] * 4
+    assert all(c.valid and c.answer_correct is False for c in critiques)
+    assert critiques[0].explanations[1] == "The colour is wrong."
+    assert len(server.requests) == 4
+    body = server.requests[0]["body"]
+    assert body["model"] == "fake-model" and body["temperature"] == 0.0
+    image_part = body["messages"][0]["content"][0]
+    assert image_part["type"] == "image_url"
+    url = image_part["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    assert Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).size == (64, 64)
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_throttling_and_server_errors_are_retried(status):
+    with FakeOpenAIServer(fail_first=2, fail_status=status) as server:
+        critiques = judge_for(server).judge_batch(chains(2))
+    assert all(c.valid for c in critiques)
+    assert len(server.requests) == 2 * 3  # two failures, then success, for each chain
+
+
+def test_client_errors_are_not_retried_and_exhausted_retries_make_the_chain_invalid():
+    with FakeOpenAIServer() as server:
+        judge = judge_for(server)
+        assert all(c.valid for c in judge.judge_batch(chains(2)))
+        server.fail_first, server.fail_status = 100, 500
+        failed = judge.judge_batch([dict(c, chain_id=c["chain_id"] + "-again") for c in chains(2)])
+        assert len(server.requests) == 2 + 2 * 4  # 1 try + 3 retries each
+        server.fail_status = 400
+        rejected = judge.judge_batch([dict(chains(2)[0], chain_id="bad-request", question="other?")])
+        assert len(server.requests) == 10 + 1
+    assert all(not c.valid and "HTTP 500" in c.error for c in failed)
+    assert [c.verdicts for c in failed] == [[None] * 3] * 2
+    assert "HTTP 400" in rejected[0].error
+
+
+def test_garbage_output_is_invalid_with_the_raw_text_kept():
+    with FakeOpenAIServer(garbage="Looks fine to me!") as server:
+        (critique,) = judge_for(server).judge_batch(chains(2)[:1])
+    assert critique.valid is False
+    assert critique.raw == "Looks fine to me!"
+    assert critique.error == "no JSON critique found"
+
+
+def test_unreachable_endpoint_is_a_clear_error():
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    judge = make_judge(f"openai:m,base_url=http://127.0.0.1:{port}/v1,max_retries=1,backoff=0.01")
+    with pytest.raises(EndpointUnavailable, match=rf"none of 2 requests to http://127.0.0.1:{port}/v1"):
+        judge.judge_batch(chains(2))
+
+
+def test_timeouts_count_as_failures():
+    with FakeOpenAIServer(hang=True) as server:
+        judge = judge_for(server, timeout=0.3, max_retries=0)
+        with pytest.raises(EndpointUnavailable, match="timed out"):
+            judge.judge_batch(chains(2)[:1])
+
+
+def test_api_key_never_leaks(monkeypatch, caplog, capsys):
+    key = "sk-test-DO-NOT-LEAK-1234567890"
+    monkeypatch.setenv("STEPCRITIC_TEST_KEY", key)
+    caplog.set_level(logging.DEBUG)
+    produced = []
+    with FakeOpenAIServer(echo_auth=True) as server:
+        judge = judge_for(server, api_key_env="STEPCRITIC_TEST_KEY")
+        produced += [c.to_json() for c in judge.judge_batch(chains(2))]
+        server.fail_first, server.fail_status = 100, 401  # every error body now quotes the key back
+        produced += [c.to_json() for c in judge.judge_batch([dict(chains(2)[0], chain_id="x", question="q2?")])]
+        fresh = judge_for(server, api_key_env="STEPCRITIC_TEST_KEY")
+        with pytest.raises(EndpointUnavailable) as failure:
+            fresh.judge_batch([dict(chains(2)[0], chain_id="y", question="q3?")])
+    assert server.requests[0]["headers"]["Authorization"] == f"Bearer {key}"  # the key is really used
+    assert "bad key" in produced[-1]["error"]  # and the server did echo it
+    out = capsys.readouterr()
+    everything = [json.dumps(produced), repr(judge), str(vars(judge)), judge.fingerprint(), judge.spec,
+                  json.dumps(judge.options), str(failure.value), repr(failure.value), caplog.text, out.out, out.err]
+    assert not any(key in text for text in everything)
+
+
+def test_requests_run_concurrently():
+    n, latency = 16, 0.2
+    with FakeOpenAIServer(latency=latency) as server:
+        judge = make_judge(f"openai:m,base_url={server.base_url},concurrency=8")
+        start = time.perf_counter()
+        critiques = judge.judge_batch([dict(c, chain_id=f"c{i}") for i, c in enumerate(chains(2) * (n // 2))])
+        elapsed = time.perf_counter() - start
+    assert all(c.valid for c in critiques)
+    assert server.max_in_flight >= 6
+    assert elapsed < n * latency / 3
+
+
+def test_fingerprint_ignores_speed_settings_but_not_the_model():
+    base = make_judge("openai:m,base_url=http://127.0.0.1:1/v1")
+    faster = make_judge("openai:m,base_url=http://127.0.0.1:1/v1,concurrency=64,timeout=5")
+    other = make_judge("openai:m2,base_url=http://127.0.0.1:1/v1")
+    assert base.fingerprint() == faster.fingerprint() != other.fingerprint()
