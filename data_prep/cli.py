@@ -87,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             stats = build_dataset(chains, args.kind, args.out, test_fraction=args.test_fraction, seed=args.seed,
                                   template=args.template, pref_mix=mix)
-        except ValueError as e:
+        except (ValueError, FileNotFoundError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         rows = stats.get("rows", stats)

@@ -1,0 +1,236 @@
+"""Build training datasets (TRL formats, with images) from canonical chains.
+
+`build_dataset(chains, kind, out_dir)` validates the chains, splits them by group, turns each split into
+rows of one kind, and saves a `datasets.DatasetDict` (train/test) plus `README.md` (dataset card) and
+`build_stats.json`. Every prompt comes from `prompts.py`, so evaluation asks judges exactly the same
+questions the models were trained on.
+
+Kinds:
+- critique-sft:  {"messages": [user, assistant=gold JSON critique], "images", "chain_id", "group_id"}
+- verifier-sft:  one row per (task, step where the task applies): {"messages", "images", "task", "label", ...}
+- prm-sft:       {"messages": multi-turn, one step per user turn, "+"/"-" per assistant turn, "images", ...}
+- critique-pref: {"prompt", "chosen"=gold critique, "rejected"=corrupted critique, "images", "corruption", ...}
+- outcome-rm:    {"prompt", "chosen"=a fully correct chain, "rejected"=an incorrect chain of the same group, ...}
+
+Chains whose labels cannot supply a target are skipped and counted by reason: the critique kinds need
+every step's verdict and the answer verdict (a target with `null` verdicts would teach the critic to
+abstain), prm-sft needs every step's verdict, outcome-rm needs `chain_correct` and a group that has both
+a fully correct and an incorrect chain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+from stepcritic.data_prep import critique, pairs, prompts, schema
+from stepcritic.data_prep.splits import split_by_group
+
+KINDS = ("critique-sft", "verifier-sft", "prm-sft", "critique-pref", "outcome-rm")
+TEMPLATE_ROLE = {"critique-sft": "critique", "verifier-sft": "verifier", "prm-sft": "prm",
+                 "critique-pref": "critique", "outcome-rm": "outcome"}
+SPLITS = ("train", "test")
+
+
+@dataclass
+class _SplitRows:
+    """What one kind produced from one split: rows, chains skipped by reason, label counts."""
+
+    rows: list = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)
+    labels: Counter = field(default_factory=Counter)
+
+
+# ----------------------------------------------------------------------------- input
+
+def _canonical_chains(chains) -> list[dict]:
+    """Validate a chains `datasets.Dataset` or a list of chain dicts (images kept as encoded bytes)."""
+    from datasets import Dataset, Image
+
+    if isinstance(chains, Dataset):
+        if "image" in chains.column_names:  # skip decoding: rows only need the encoded bytes
+            chains = chains.cast_column("image", Image(decode=False))
+        records = chains.to_list()
+    elif isinstance(chains, (list, tuple)):
+        records = list(chains)
+    else:
+        raise TypeError(f"chains must be a datasets.Dataset or a list of chain dicts, got {type(chains).__name__}")
+    validated = []
+    for i, record in enumerate(records):
+        where = record.get("chain_id") if isinstance(record, dict) and record.get("chain_id") else f"chains[{i}]"
+        validated.append(schema.validate_chain(record, where=str(where)))
+    schema.check_unique_ids(validated)
+    return validated
+
+
+def _critique_skip_reason(chain: dict) -> str | None:
+    if any(s["correct"] is None for s in chain["steps"]):
+        return "unknown_step_label"
+    if chain.get("answer_correct") is None:
+        return "unknown_answer_label"
+    return None
+
+
+def _ids(chain: dict) -> dict:
+    return {"images": [chain["image"]], "chain_id": chain["chain_id"], "group_id": chain["group_id"]}
+
+
+# ----------------------------------------------------------------------------- one function per kind
+
+def _critique_sft(chains, template, out: _SplitRows, **_) -> None:
+    for chain in chains:
+        reason = _critique_skip_reason(chain)
+        if reason:
+            out.skipped[reason] += 1
+            continue
+        messages = prompts.critique_messages(chain, template) + [prompts.assistant_turn(prompts.critique_target(chain))]
+        out.rows.append({"messages": messages, **_ids(chain)})
+        out.labels.update(f"step/{'correct' if s['correct'] else 'incorrect'}" for s in chain["steps"])
+        out.labels[f"answer/{'correct' if chain['answer_correct'] else 'incorrect'}"] += 1
+
+
+def _verifier_sft(chains, template, out: _SplitRows, **_) -> None:
+    for chain in chains:
+        n_rows = len(out.rows)
+        for task in prompts.VERIFIER_TASKS:
+            indices = [None] if task in prompts.CHAIN_LEVEL_TASKS else range(len(chain["steps"]))
+            for index in indices:
+                label = prompts.verifier_target(task, chain, index)
+                if label is None:
+                    continue
+                messages = prompts.verifier_messages(task, chain, index, template) + [prompts.assistant_turn(label)]
+                out.rows.append({"messages": messages, "task": task, "label": label, "step_index": index,
+                                 **_ids(chain)})
+                out.labels[f"{task}/{label}"] += 1
+        if len(out.rows) == n_rows:
+            out.skipped["no_verifier_labels"] += 1
+
+
+def _prm_sft(chains, template, out: _SplitRows, **_) -> None:
+    for chain in chains:
+        if any(s["correct"] is None for s in chain["steps"]):
+            out.skipped["unknown_step_label"] += 1
+            continue
+        out.rows.append({"messages": prompts.prm_messages(chain, template), **_ids(chain)})
+        out.labels.update(prompts.PRM_POSITIVE if s["correct"] else prompts.PRM_NEGATIVE for s in chain["steps"])
+
+
+def _critique_pref(chains, template, out: _SplitRows, seed: int, pref_mix: dict, **_) -> None:
+    pool = pairs.ExplanationPool(chains)
+    for chain in chains:
+        reason = _critique_skip_reason(chain)
+        if reason:
+            out.skipped[reason] += 1
+            continue
+        # Seeded per chain so a pair does not change when other chains are added or reordered.
+        drawn = pairs.corrupt_critique(chain, pref_mix, pool, random.Random(f"{seed}:{chain['chain_id']}"))
+        if drawn is None:
+            out.skipped["no_applicable_corruption"] += 1
+            continue
+        corruption, rejected = drawn
+        out.rows.append({
+            "prompt": prompts.critique_messages(chain, template),
+            "chosen": [prompts.assistant_turn(prompts.critique_target(chain))],
+            "rejected": [prompts.assistant_turn(critique.format_critique(rejected))],
+            "corruption": corruption, **_ids(chain),
+        })
+        out.labels[corruption] += 1
+
+
+def _outcome_rm(chains, template, out: _SplitRows, **_) -> None:
+    known = [c for c in chains if c["chain_correct"] is not None]
+    out.skipped["unknown_chain_label"] += len(chains) - len(known)
+    chain_pairs, unpaired = pairs.outcome_pairs(known)
+    out.skipped["no_contrast_in_group"] += len(unpaired)
+    for good, bad in chain_pairs:
+        prompt, chosen = prompts.outcome_messages(good, template)
+        _, rejected = prompts.outcome_messages(bad, template)
+        out.rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "images": [good["image"]],
+                         "chosen_chain_id": good["chain_id"], "rejected_chain_id": bad["chain_id"],
+                         "group_id": good["group_id"]})
+    out.labels["chosen_chains"] = len({g["chain_id"] for g, _ in chain_pairs})
+    out.labels["rejected_chains"] = len({b["chain_id"] for _, b in chain_pairs})
+
+
+BUILDERS = {"critique-sft": _critique_sft, "verifier-sft": _verifier_sft, "prm-sft": _prm_sft,
+            "critique-pref": _critique_pref, "outcome-rm": _outcome_rm}
+
+
+def features(kind: str):
+    """The `datasets.Features` of a built dataset of `kind` (messages in TRL's vision format)."""
+    from datasets import Features, Image, List, Value
+
+    part = {"type": Value("string"), "text": Value("string")}
+    messages = List({"role": Value("string"), "content": List(part)})
+    ids = {"images": List(Image()), "chain_id": Value("string"), "group_id": Value("string")}
+    columns = {
+        "critique-sft": {"messages": messages, **ids},
+        "verifier-sft": {"messages": messages, "task": Value("string"), "label": Value("string"),
+                         "step_index": Value("int32"), **ids},
+        "prm-sft": {"messages": messages, **ids},
+        "critique-pref": {"prompt": messages, "chosen": messages, "rejected": messages,
+                          "corruption": Value("string"), **ids},
+        "outcome-rm": {"prompt": messages, "chosen": messages, "rejected": messages, "images": List(Image()),
+                       "chosen_chain_id": Value("string"), "rejected_chain_id": Value("string"),
+                       "group_id": Value("string")},
+    }
+    return Features(columns[kind])
+
+
+# ----------------------------------------------------------------------------- entry point
+
+def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, seed: int = 0,
+                  template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None) -> dict:
+    """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats."""
+    from datasets import Dataset, DatasetDict
+
+    from stepcritic.data_prep.card import write_card
+
+    if kind not in KINDS:
+        raise ValueError(f"unknown dataset kind {kind!r}; expected one of {list(KINDS)}")
+    if pref_mix is not None and kind != "critique-pref":
+        raise ValueError(f"pref_mix only applies to kind 'critique-pref', not {kind!r}")
+    loaded_template = prompts.load_template(template or prompts.DEFAULT_TEMPLATES[TEMPLATE_ROLE[kind]])
+    mix = pairs.parse_pref_mix(pref_mix) if kind == "critique-pref" else None
+    records = _canonical_chains(chains)
+    split_chains = split_by_group(records, test_fraction, seed)
+
+    produced = {}
+    for split in SPLITS:
+        produced[split] = _SplitRows()
+        BUILDERS[kind](split_chains[split], loaded_template, produced[split], seed=seed, pref_mix=mix)
+
+    columns = features(kind)
+    # from_list([]) would yield a table without columns, which load_from_disk then rejects.
+    dataset = DatasetDict({split: Dataset.from_list(produced[split].rows, features=columns) if produced[split].rows
+                           else Dataset.from_dict({name: [] for name in columns}, features=columns)
+                           for split in SPLITS})
+    os.makedirs(out_dir, exist_ok=True)
+    # datasets writes no shard at all for an empty split and then cannot load it back: force one.
+    dataset.save_to_disk(out_dir, num_shards={split: 1 if len(dataset[split]) == 0 else None for split in SPLITS})
+
+    skipped = sum((produced[s].skipped for s in SPLITS), Counter())  # Counter addition drops zero counts
+    stats = {
+        "kind": kind,
+        "chains_in": len(records),
+        "chains_used": len(records) - sum(skipped.values()),
+        "chains_skipped": dict(sorted(skipped.items())),
+        "sources": dict(sorted(Counter(c["source"] for c in records).items())),
+        "groups": {s: len({c["group_id"] for c in split_chains[s]}) for s in SPLITS},
+        "chains": {s: len(split_chains[s]) for s in SPLITS},
+        "rows": {s: len(produced[s].rows) for s in SPLITS},
+        "label_balance": {s: dict(sorted(produced[s].labels.items())) for s in SPLITS},
+        "template": {"name": loaded_template.name, "hash": loaded_template.hash},
+        "test_fraction": test_fraction,
+        "seed": seed,
+    }
+    if mix is not None:
+        stats["pref_mix"] = {"weights": mix,
+                             "realised": dict(sum((produced[s].labels for s in SPLITS), Counter()))}
+    with open(os.path.join(out_dir, "build_stats.json"), "w") as f:
+        json.dump(stats, f, indent=2, sort_keys=True)
+    write_card(stats, os.path.join(out_dir, "README.md"))
+    return stats

@@ -1,0 +1,276 @@
+"""Prompt rendering shared by dataset building (training) and evaluation (judges).
+
+Training rows and evaluation prompts must be byte-for-byte the same, so every prompt is produced here
+from a Jinja2 template in `templates/` (or a user file with the same variables). Messages follow TRL's
+conversational vision format: every `content` is a list of parts, and the single image of a chain is an
+`{"type": "image"}` placeholder at the start of the first user turn; the image itself travels separately
+(the dataset's `images` column, or `trl.data_utils.prepare_multimodal_messages(messages, images)`).
+
+Step indices passed to these functions are 0-based (as in `chain["steps"]`); prompts show 1-based numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from stepcritic.data_prep import critique, schema
+
+PRM_POSITIVE = "+"
+PRM_NEGATIVE = "-"
+
+VERIFIER_TASKS: dict[str, tuple[str, ...]] = {
+    "step_type": schema.STEP_TYPES,
+    "description_correctness": schema.DESCRIPTION_CORRECTNESS,
+    "description_relevance": schema.DESCRIPTION_RELEVANCE,
+    "description_error": schema.DESCRIPTION_ERRORS,
+    "logic_correctness": ("correct", "incorrect"),
+    "logic_relevance": ("relevant", "irrelevant"),
+    "logic_error": schema.LOGIC_ERRORS,
+    "informativeness": ("informative", "uninformative"),
+    "chain_correctness": ("correct", "incorrect"),
+}
+CHAIN_LEVEL_TASKS = ("chain_correctness",)
+
+DEFAULT_TEMPLATES = {"critique": "critique", "verifier": "verifier", "prm": "prm", "outcome": "outcome"}
+
+# Shown in the critique prompt so the requested format is exactly what `critique.parse_critique` reads.
+CRITIQUE_FORMAT_EXAMPLE = critique.format_critique({
+    "steps": [{"step": 1, "correct": True},
+              {"step": 2, "correct": False, "explanation": "What is wrong with step 2."}],
+    "answer_correct": False,
+})
+
+
+# ----------------------------------------------------------------------------- templates
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """A loaded template: `name` (packaged name or file path), its `source` text and compiled form."""
+
+    name: str
+    source: str
+    compiled: Any = field(repr=False, compare=False)
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    def render(self, **variables) -> str:
+        return self.compiled.render(**variables).strip()
+
+
+def _templates_dir():
+    return resources.files("stepcritic.data_prep") / "templates"
+
+
+def packaged_templates() -> list[str]:
+    return sorted(p.name[:-3] for p in _templates_dir().iterdir() if p.name.endswith(".j2"))
+
+
+def _compile(source: str, name: str):
+    import jinja2
+
+    # StrictUndefined: a typo in a user template fails loudly instead of rendering an empty string.
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=False, autoescape=False)
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ValueError(f"template {name}: syntax error on line {e.lineno}: {e.message}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _load_packaged(name: str) -> PromptTemplate:
+    source = (_templates_dir() / f"{name}.j2").read_text(encoding="utf-8")
+    return PromptTemplate(name, source, _compile(source, name))
+
+
+@functools.lru_cache(maxsize=64)
+def _load_source(path: str, source: str) -> PromptTemplate:
+    """Compiled once per file content: judges render one template for thousands of chains."""
+    return PromptTemplate(path, source, _compile(source, path))
+
+
+def load_template(name_or_path: str | PromptTemplate) -> PromptTemplate:
+    """A packaged template by name (`critique`, `verifier`, `prm`, `outcome`) or a Jinja2 file by path."""
+    if isinstance(name_or_path, PromptTemplate):
+        return name_or_path
+    if os.path.isfile(name_or_path):
+        with open(name_or_path, encoding="utf-8") as f:
+            return _load_source(name_or_path, f.read())
+    name = name_or_path[:-3] if name_or_path.endswith(".j2") else name_or_path
+    if name in packaged_templates():
+        return _load_packaged(name)
+    raise FileNotFoundError(
+        f"template {name_or_path!r} is neither a file nor a packaged template {packaged_templates()}")
+
+
+def template_hash(template: str | PromptTemplate) -> str:
+    """Content hash of a template (recorded in dataset cards and judge fingerprints)."""
+    return load_template(template).hash
+
+
+def _resolve(template: str | PromptTemplate | None, role: str) -> PromptTemplate:
+    return load_template(DEFAULT_TEMPLATES[role] if template is None else template)
+
+
+# ----------------------------------------------------------------------------- message shapes
+
+def _text(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def user_with_image(text: str) -> dict:
+    return {"role": "user", "content": [{"type": "image"}, _text(text)]}
+
+
+def user_turn(text: str) -> dict:
+    return {"role": "user", "content": [_text(text)]}
+
+
+def assistant_turn(text: str) -> dict:
+    return {"role": "assistant", "content": [_text(text)]}
+
+
+def _step_texts(chain: dict) -> list[str]:
+    steps = chain.get("steps")
+    if not steps:
+        raise schema.SchemaError("a chain needs at least one step", chain.get("chain_id"), "steps")
+    return [s["text"] for s in steps]
+
+
+# ----------------------------------------------------------------------------- critique
+
+def critique_messages(chain: dict, template: str | PromptTemplate | None = None) -> list[dict]:
+    """The user turn asking for a full step-by-step critique in the JSON format of `critique.py`."""
+    text = _resolve(template, "critique").render(
+        question=chain["question"], steps=_step_texts(chain), final_answer=chain.get("final_answer") or "",
+        format_example=CRITIQUE_FORMAT_EXAMPLE)
+    return [user_with_image(text)]
+
+
+def critique_target(chain: dict) -> str:
+    return critique.format_critique(critique.gold_critique(chain))
+
+
+# ----------------------------------------------------------------------------- verifier tasks
+
+def _check_task(task: str) -> tuple[str, ...]:
+    if task not in VERIFIER_TASKS:
+        raise ValueError(f"unknown verifier task {task!r}; expected one of {list(VERIFIER_TASKS)}")
+    return VERIFIER_TASKS[task]
+
+
+def _check_step_index(chain: dict, step_index: int) -> None:
+    n = len(_step_texts(chain))
+    if not isinstance(step_index, int) or not 0 <= step_index < n:
+        raise IndexError(f"{chain.get('chain_id')}: step_index {step_index!r} out of range for {n} steps")
+
+
+def verifier_messages(task: str, chain: dict, step_index: int | None,
+                      template: str | PromptTemplate | None = None) -> list[dict]:
+    """The user turn for one single-label verifier task about one step (0-based `step_index`).
+
+    For the chain-level task (`chain_correctness`) `step_index` is ignored.
+    """
+    labels = _check_task(task)
+    steps = _step_texts(chain)
+    variables = dict(task=task, labels=labels, question=chain["question"], steps=steps,
+                     final_answer=chain.get("final_answer") or "")
+    if task not in CHAIN_LEVEL_TASKS:
+        _check_step_index(chain, step_index)
+        variables.update(step_number=step_index + 1, step=steps[step_index], previous=steps[:step_index])
+    return [user_with_image(_resolve(template, "verifier").render(**variables))]
+
+
+def _bool_label(value: bool | None, yes: str, no: str) -> str | None:
+    return None if value is None else (yes if value else no)
+
+
+def verifier_target(task: str, chain: dict, step_index: int | None) -> str | None:
+    """The gold label for a task on a step, or None where the task does not apply (or is unlabelled).
+
+    Description tasks apply to description/both steps, logic tasks to reasoning/both steps, the error
+    tasks only to steps with that kind of error. A step with several description errors is labelled with
+    the first one listed (MiCEval asks for a single label).
+    """
+    _check_task(task)
+    if task == "chain_correctness":
+        return _bool_label(chain.get("chain_correct"), "correct", "incorrect")
+    _check_step_index(chain, step_index)
+    step = chain["steps"][step_index]
+    if task == "step_type":
+        return step.get("type")
+    if task.startswith("description_"):
+        if not schema.describes(step):
+            return None
+        if task == "description_correctness":
+            return step.get("description_correctness")
+        if task == "description_relevance":
+            return step.get("description_relevance")
+        erroneous = step.get("description_correctness") in ("partial", "unsupported")
+        errors = step.get("description_errors") or []
+        return errors[0] if erroneous and errors else None
+    if not schema.reasons(step):
+        return None
+    if task == "logic_correctness":
+        return _bool_label(step.get("logic_correct"), "correct", "incorrect")
+    if task == "logic_relevance":
+        return _bool_label(step.get("logic_relevant"), "relevant", "irrelevant")
+    if task == "informativeness":
+        return _bool_label(step.get("informative"), "informative", "uninformative")
+    return step.get("logic_error") if step.get("logic_correct") is False else None  # logic_error
+
+
+# ----------------------------------------------------------------------------- process reward (PRM)
+
+def _prm_conversation(chain: dict, judgements: list[str], template) -> list[dict]:
+    tpl = _resolve(template, "prm")
+    steps = _step_texts(chain)
+    messages = []
+    for number, (step, judgement) in enumerate(zip(steps, judgements), 1):
+        text = tpl.render(question=chain["question"], step_number=number, step=step, n_steps=len(steps),
+                          positive=PRM_POSITIVE, negative=PRM_NEGATIVE)
+        messages.append(user_with_image(text) if number == 1 else user_turn(text))
+        messages.append(assistant_turn(judgement))
+    return messages
+
+
+def prm_messages(chain: dict, template: str | PromptTemplate | None = None) -> list[dict]:
+    """Step-by-step conversation whose assistant turns are the gold `+`/`-` judgements (PRM training)."""
+    judgements = []
+    for i, step in enumerate(chain["steps"]):
+        if step.get("correct") is None:
+            raise schema.SchemaError("step has no correctness label", chain.get("chain_id"), f"steps[{i}].correct")
+        judgements.append(PRM_POSITIVE if step["correct"] else PRM_NEGATIVE)
+    return _prm_conversation(chain, judgements, template)
+
+
+def prm_prompt_messages(chain: dict, template: str | PromptTemplate | None = None) -> list[dict]:
+    """The same conversation for scoring: every assistant turn holds `PRM_POSITIVE` as a placeholder.
+
+    A scorer runs one teacher-forced pass and reads P(+) vs P(-) at each assistant position; the
+    placeholder keeps the token layout identical to training without revealing any label.
+    """
+    return _prm_conversation(chain, [PRM_POSITIVE] * len(_step_texts(chain)), template)
+
+
+# ----------------------------------------------------------------------------- outcome reward
+
+def chain_completion_text(chain: dict) -> str:
+    """The chain as its generator would have written it: one step per line, then the final answer."""
+    text = "\n".join(_step_texts(chain))
+    if chain.get("final_answer"):
+        text += f"\n\nFinal answer: {chain['final_answer']}"
+    return text
+
+
+def outcome_messages(chain: dict, template: str | PromptTemplate | None = None) -> tuple[list[dict], list[dict]]:
+    """(prompt, completion) for chain-level reward modelling: image + question, then the whole chain."""
+    prompt = [user_with_image(_resolve(template, "outcome").render(question=chain["question"]))]
+    return prompt, [assistant_turn(chain_completion_text(chain))]

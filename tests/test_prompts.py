@@ -1,0 +1,188 @@
+"""Prompt rendering (`stepcritic.data_prep.prompts`) and golden snapshots of every packaged template.
+
+Golden snapshots live in tests/golden/*.txt. After an intended change to a template, regenerate them with
+    STEPCRITIC_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_prompts.py
+and review the diff before committing.
+"""
+
+import os
+
+import jinja2
+import pytest
+from helpers import chain, step
+
+from stepcritic.data_prep import critique, prompts, schema
+
+GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
+UPDATE_GOLDEN = os.environ.get("STEPCRITIC_UPDATE_GOLDEN") == "1"
+
+
+@pytest.fixture(scope="module")
+def fixture_chain():
+    """A description step, a partly wrong description+inference step, and a wrong inference."""
+    return schema.validate_chain(chain(
+        "golden", question="What colour is the shape?", answer="blue", answer_correct=False,
+        steps=[
+            step("The image shows one circle on a white background."),
+            step("The circle is blue, so it is a cool colour.", correct=False, type="both",
+                 description_correctness="partial", description_errors=["attribute"],
+                 explanations=["The circle is red, not blue."]),
+            step("Therefore the answer is blue.", correct=False, type="reasoning", logic_error="inter",
+                 explanations=["It repeats the wrong colour from step 2."]),
+        ]), "golden")
+
+
+def as_text(messages) -> str:
+    lines = []
+    for message in messages:
+        lines.append(f"<<{message['role']}>>")
+        lines += ["<image>" if part["type"] == "image" else part["text"] for part in message["content"]]
+    return "\n".join(lines) + "\n"
+
+
+def check_golden(name: str, text: str) -> None:
+    path = os.path.join(GOLDEN_DIR, f"{name}.txt")
+    if UPDATE_GOLDEN:
+        os.makedirs(GOLDEN_DIR, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    assert os.path.exists(path), f"missing golden file {path}; run with STEPCRITIC_UPDATE_GOLDEN=1"
+    with open(path, encoding="utf-8") as f:
+        assert text == f.read(), f"rendering of {name} changed; see this module's docstring to regenerate"
+
+
+def test_golden_critique(fixture_chain):
+    target = prompts.assistant_turn(prompts.critique_target(fixture_chain))
+    messages = prompts.critique_messages(fixture_chain) + [target]
+    check_golden("critique", as_text(messages))
+
+
+@pytest.mark.parametrize("task", list(prompts.VERIFIER_TASKS))
+def test_golden_verifier(fixture_chain, task):
+    messages = prompts.verifier_messages(task, fixture_chain, 1)
+    target = prompts.verifier_target(task, fixture_chain, 1)
+    check_golden(f"verifier_{task}", as_text(messages) + f"<<target>>\n{target}\n")
+
+
+def test_golden_prm_and_outcome(fixture_chain):
+    check_golden("prm", as_text(prompts.prm_messages(fixture_chain)))
+    prompt, completion = prompts.outcome_messages(fixture_chain)
+    check_golden("outcome", as_text(prompt + completion))
+
+
+def test_critique_prompt_shows_every_step_and_a_parseable_format(fixture_chain):
+    (user,) = prompts.critique_messages(fixture_chain)
+    assert user["role"] == "user" and user["content"][0] == {"type": "image"}
+    text = user["content"][1]["text"]
+    for i, s in enumerate(fixture_chain["steps"], 1):
+        assert f"Step {i}: {s['text']}" in text
+    assert "Final answer: blue" in text
+    # The example shown to the model must be something the project's parser reads.
+    assert critique.parse_critique(prompts.CRITIQUE_FORMAT_EXAMPLE, 2).valid
+
+
+def test_critique_target_round_trips_through_the_parser(fixture_chain):
+    parsed = critique.parse_critique(prompts.critique_target(fixture_chain), 3)
+    assert parsed.valid
+    assert parsed.verdicts == [True, False, False]
+    assert parsed.explanations[1] == "The circle is red, not blue."
+    assert parsed.answer_correct is False
+
+
+def test_verifier_tasks_apply_only_where_they_should(fixture_chain):
+    description, both, reasoning = 0, 1, 2
+    target = lambda task, i: prompts.verifier_target(task, fixture_chain, i)  # noqa: E731
+    assert [target("step_type", i) for i in range(3)] == ["description", "both", "reasoning"]
+    assert target("description_correctness", description) == "correct"
+    assert target("description_correctness", both) == "partial"
+    assert target("description_correctness", reasoning) is None
+    assert target("description_error", description) is None  # correct description: no error type
+    assert target("description_error", both) == "attribute"
+    assert target("logic_correctness", description) is None
+    assert target("logic_correctness", both) == "incorrect"  # helpers.step sets logic_correct=correct
+    assert target("logic_error", reasoning) == "inter"
+    assert target("informativeness", reasoning) == "informative"
+    assert target("chain_correctness", None) == "incorrect"
+    for task, labels in prompts.VERIFIER_TASKS.items():
+        for i in range(3):
+            assert target(task, i) in (*labels, None)
+
+
+def test_verifier_prompt_lists_its_labels_and_the_step(fixture_chain):
+    text = prompts.verifier_messages("logic_correctness", fixture_chain, 2)[0]["content"][1]["text"]
+    assert "correct, incorrect" in text and "Therefore the answer is blue." in text
+    assert "Step 1: The image shows one circle" in text  # earlier steps are shown as premises
+
+
+def test_verifier_rejects_unknown_task_and_bad_index(fixture_chain):
+    with pytest.raises(ValueError, match="unknown verifier task 'colour'"):
+        prompts.verifier_messages("colour", fixture_chain, 0)
+    with pytest.raises(IndexError, match="golden: step_index 3 out of range"):
+        prompts.verifier_target("step_type", fixture_chain, 3)
+
+
+def test_prm_turns_match_step_labels(fixture_chain):
+    messages = prompts.prm_messages(fixture_chain)
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 3
+    assert [m["content"][0]["text"] for m in messages[1::2]] == ["+", "-", "-"]
+    assert messages[0]["content"][0] == {"type": "image"}
+    assert all(part["type"] == "text" for m in messages[1:] for part in m["content"])  # one image only
+    assert "Step 2: The circle is blue" in messages[2]["content"][0]["text"]
+
+
+def test_prm_prompt_has_the_same_layout_without_labels(fixture_chain):
+    scored, trained = prompts.prm_prompt_messages(fixture_chain), prompts.prm_messages(fixture_chain)
+    assert [m["content"][0]["text"] for m in scored[1::2]] == [prompts.PRM_POSITIVE] * 3
+    assert scored[0::2] == trained[0::2]
+
+
+def test_prm_needs_step_labels(fixture_chain):
+    unlabelled = dict(fixture_chain, steps=[dict(s, correct=None) for s in fixture_chain["steps"]])
+    with pytest.raises(schema.SchemaError, match=r"golden, field 'steps\[0\].correct'"):
+        prompts.prm_messages(unlabelled)
+    assert len(prompts.prm_prompt_messages(unlabelled)) == 6
+
+
+def test_outcome_prompt_and_completion(fixture_chain):
+    prompt, completion = prompts.outcome_messages(fixture_chain)
+    assert prompt[0]["content"][0] == {"type": "image"}
+    assert "What colour is the shape?" in prompt[0]["content"][1]["text"]
+    assert completion[0]["role"] == "assistant"
+    assert completion[0]["content"][0]["text"].endswith("Final answer: blue")
+
+
+def test_empty_steps_name_the_chain_and_field(fixture_chain):
+    with pytest.raises(schema.SchemaError, match="golden, field 'steps'"):
+        prompts.critique_messages(dict(fixture_chain, steps=[]))
+
+
+def test_load_template_by_name_and_path(tmp_path, fixture_chain):
+    assert set(prompts.packaged_templates()) >= {"critique", "verifier", "prm", "outcome"}
+    assert prompts.load_template("critique") is prompts.load_template("critique.j2")
+    custom = tmp_path / "mine.j2"
+    custom.write_text("Check {{ steps | length }} steps for: {{ question }}")
+    rendered = prompts.critique_messages(fixture_chain, str(custom))[0]["content"][1]["text"]
+    assert rendered == "Check 3 steps for: What colour is the shape?"
+    assert prompts.template_hash(str(custom)) != prompts.template_hash("critique")
+    with pytest.raises(FileNotFoundError, match="no_such_template"):
+        prompts.load_template("no_such_template")
+
+
+def test_template_hash_follows_content(tmp_path):
+    path = tmp_path / "t.j2"
+    path.write_text("A {{ question }}")
+    first = prompts.template_hash(str(path))
+    path.write_text("B {{ question }}")
+    assert prompts.template_hash(str(path)) != first
+    assert len(first) == 16
+
+
+def test_bad_user_templates_fail_loudly(tmp_path, fixture_chain):
+    typo = tmp_path / "typo.j2"
+    typo.write_text("{{ questoin }}")
+    with pytest.raises(jinja2.UndefinedError, match="questoin"):
+        prompts.critique_messages(fixture_chain, str(typo))
+    broken = tmp_path / "broken.j2"
+    broken.write_text("{% if %}")
+    with pytest.raises(ValueError, match="syntax error on line 1"):
+        prompts.load_template(str(broken))
