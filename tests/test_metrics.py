@@ -166,6 +166,16 @@ def test_somers_d_by_hand():
     assert somers_d([1, 1, 1], [0.1, 0.5, 0.9])["d"] is None  # constant human scores: undefined
 
 
+def test_somers_d_matches_scipy_somersd_with_ties():
+    from scipy.stats import somersd
+
+    rng = random.Random(3)
+    human = [rng.choice([0.0, 0.5, 1.0]) for _ in range(300)]
+    judge = [round(rng.random() + h, 1) for h in human]  # coarse scores: many ties on both sides
+    assert somers_d(human, judge)["d"] == pytest.approx(somersd(human, judge).statistic, abs=1e-12)
+    assert somers_d(human, [0.5] * 300)["d"] == 0.0
+
+
 def test_somers_d_equals_two_auc_minus_one_for_binary_human_labels():
     from sklearn.metrics import roc_auc_score
 

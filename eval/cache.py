@@ -1,0 +1,100 @@
+"""Crash-safe record of finished judgments, so an interrupted evaluation resumes where it stopped.
+
+One folder per judge under `OUT/cache/`, named by the judge's fingerprint: changing a judge's spec,
+prompt or model changes the fingerprint, so only that judge starts afresh while every other judge's
+entries stay valid. Inside, append-only JSON-lines files (`critiques.jsonl`: one line per chain,
+`picks.jsonl`: one line per ShiftCheck question). Lines are flushed and fsynced as each batch of
+judgments completes; a process killed mid-write leaves at most a torn last line, which reload drops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+
+def judge_cache_dir(out_dir: str, judge_name: str, fingerprint: str) -> str:
+    # The readable name helps people browsing the folder; the fingerprint alone decides validity.
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", judge_name).strip("_")[:60] or "judge"
+    return os.path.join(out_dir, "cache", f"{slug}-{fingerprint}")
+
+
+class JsonlLog:
+    """An append-only JSON-lines file keyed by one field; later lines win on a repeated key."""
+
+    def __init__(self, path: str, key: str):
+        self.path, self.key = path, key
+        self._file = None
+
+    def load(self) -> dict:
+        """All complete records by key. Cuts off a torn last line so the next append starts clean."""
+        if not os.path.exists(self.path):
+            return {}
+        with open(self.path, "rb") as f:
+            data = f.read()
+        complete_end = data.rfind(b"\n") + 1
+        if complete_end < len(data):
+            with open(self.path, "r+b") as f:
+                f.truncate(complete_end)
+        records = {}
+        for line in data[:complete_end].splitlines():
+            if line.strip():
+                record = json.loads(line)
+                records[record[self.key]] = record
+        return records
+
+    def append(self, records: list[dict]) -> None:
+        """Durably add records: one write, then flush and fsync, before returning."""
+        if not records:
+            return
+        if self._file is None:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")
+        self._file.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class JudgeCache:
+    """The finished critiques and ShiftCheck picks of one judge (identified by its fingerprint)."""
+
+    def __init__(self, out_dir: str, judge_name: str, fingerprint: str):
+        self.dir = judge_cache_dir(out_dir, judge_name, fingerprint)
+        self.critiques = JsonlLog(os.path.join(self.dir, "critiques.jsonl"), key="chain_id")
+        self.picks = JsonlLog(os.path.join(self.dir, "picks.jsonl"), key="question_id")
+        os.makedirs(self.dir, exist_ok=True)
+        with open(os.path.join(self.dir, "judge.json"), "w") as f:
+            json.dump({"judge": judge_name, "fingerprint": fingerprint}, f)
+
+    def close(self) -> None:
+        self.critiques.close()
+        self.picks.close()
+
+
+def write_jsonl_atomic(path: str, records) -> int:
+    """Write records to `path` via a temporary file and a rename, so readers never see half a file."""
+    tmp = f"{path}.tmp"
+    n = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            n += 1
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return n
+
+
+def write_json_atomic(path: str, obj) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

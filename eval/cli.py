@@ -1,0 +1,93 @@
+"""`stepcritic eval`: score judges on a chains dataset and write predictions, metrics, a report and plots.
+
+Only the standard library is imported here, so `--help` is instant; the runner (datasets, numpy, the
+judges) loads inside `main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+TASKS = ("critique", "choice", "shiftcheck")  # the runner's task names, repeated to keep --help import-free
+
+EPILOG = """\
+judge specs (repeat --judge to compare judges side by side):
+  always-correct                 every step judged correct (baseline)
+  random,rate=0.3,seed=0         each step judged incorrect with probability `rate` (baseline)
+  majority                       the majority label of the data (baseline)
+  py:package.module.Class[,k=v]  any Judge subclass importable from PYTHONPATH
+  --list-judges shows every kind (trained models, prompted VLMs, OpenAI-compatible APIs, ...).
+
+Re-running with the same arguments resumes: judgments already in OUT/cache/ are reused, only the
+missing ones are made. Changing a judge's spec changes its fingerprint and re-judges only that judge.
+
+Choice ranking uses each judge's chain score; a judge without one is scored by the fraction of
+steps it judged correct.
+"""
+
+
+class ListJudges(argparse.Action):
+    """`--list-judges`: print the judge kinds and exit, like --help (no other option needed)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from stepcritic.eval.judges.registry import describe_kinds
+
+        print(describe_kinds())
+        parser.exit()
+
+
+def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(
+        prog="stepcritic eval",
+        description="Score judges (trained, prompted, API, baselines) on chains and write a report.")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("--chains", required=True, metavar="PATH",
+                        help="chains dataset folder (saved by `stepcritic data`) or canonical .jsonl file")
+    parser.add_argument("--judge", required=True, action="append", dest="judges", metavar="SPEC",
+                        help="a judge spec; repeat for several judges")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="output folder: predictions.jsonl, metrics.json, report.md, plots/, cache/")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), metavar="TASK",
+                        help=f"which evaluations to run, from {', '.join(TASKS)} (default: all)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N",
+                        help="judge only the first N chains")
+    parser.add_argument("--matcher", default="lexical", choices=("lexical", "embedding"),
+                        help="explanation matcher for explanation F1: token overlap (default) or MiniLM "
+                             "embeddings (needs the `embed` extra)")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--list-judges", action=ListJudges, help="list the judge kinds and exit")
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        print("stepcritic eval: error: --limit must be at least 1", file=sys.stderr)
+        return 2
+    if not os.path.exists(args.chains):  # checked before the slow imports below, for a fast answer
+        print(f"stepcritic eval: error: chains not found: {args.chains}", file=sys.stderr)
+        return 2
+    from stepcritic.eval.runner import EvalError, build_judge, evaluate
+
+    judges = []
+    try:
+        for spec in args.judges:
+            judges.append(build_judge(spec))  # one at a time, so `finally` closes those already built
+        evaluate(args.chains, judges, args.out, tasks=args.tasks, limit=args.limit, matcher=args.matcher,
+                 progress=not args.no_progress)
+    except EvalError as e:
+        print(f"stepcritic eval: error: {e}", file=sys.stderr)
+        if os.path.isdir(os.path.join(args.out, "cache")):
+            print("finished judgments are kept in the cache; rerun the same command to resume",
+                  file=sys.stderr)
+        return 1
+    finally:
+        for judge in judges:
+            judge.close()
+    print(f"wrote {os.path.join(args.out, 'report.md')}")
+    return 0

@@ -1,0 +1,142 @@
+"""The report's figures, drawn from `metrics.json` alone (so they can be redrawn without re-judging).
+
+Each function draws one PNG and returns False when the metrics hold nothing to draw.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _plt().close(fig)
+
+
+def _critiques(metrics: dict) -> dict:
+    return {name: r["overall"]["critique"] for name, r in metrics["judges"].items() if "critique" in r["overall"]}
+
+
+def step_prf(metrics: dict, path: str) -> bool:
+    critiques = _critiques(metrics)
+    if not critiques:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(critiques)), 3.5))
+    width = 0.8 / 3
+    for k, label in enumerate(("precision", "recall", "f1")):
+        xs = [i + (k - 1) * width for i in range(len(critiques))]
+        ax.bar(xs, [100 * (c["step"][label] or 0) for c in critiques.values()], width, label=label)
+    ax.set_xticks(range(len(critiques)), list(critiques), rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("x100 (incorrect step = positive)")
+    ax.set_title("Step-level critique")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    return True
+
+
+def confusion(metrics: dict, path: str) -> bool:
+    critiques = _critiques(metrics)
+    if not critiques:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(critiques), figsize=(3.2 * len(critiques), 3.2), squeeze=False)
+    for ax, (name, c) in zip(axes[0], critiques.items()):
+        cm = c["confusion"]
+        table = [[cm["tn"], cm["fp"]], [cm["fn"], cm["tp"]]]  # rows: gold correct / incorrect
+        ax.imshow(table, cmap="Blues")
+        dark = max(max(row) for row in table) / 2
+        for i in range(2):
+            for j in range(2):
+                ax.text(j, i, str(table[i][j]), ha="center", va="center",
+                        color="white" if table[i][j] > dark else "black")
+        ax.set_xticks([0, 1], ["judged ok", "flagged"])
+        ax.set_yticks([0, 1], ["gold ok", "gold wrong"])
+        ax.set_title(name, fontsize=8)
+    _save(fig, path)
+    return True
+
+
+def shiftcheck_positions(metrics: dict, path: str) -> bool:
+    """Where each judge's picks land on failed ShiftCheck questions (flat = no position preference)."""
+    dists = {}
+    for name, r in metrics["judges"].items():
+        by_n = (r["overall"].get("shiftcheck") or {}).get("position_distribution_by_n_options") or {}
+        if by_n:
+            n = max(by_n, key=int)
+            dists[f"{name} ({n} options)"] = by_n[n]
+    if not dists:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(dists)), 3.5))
+    letters = sorted({letter for d in dists.values() for letter in d})
+    width = 0.8 / len(letters)
+    for k, letter in enumerate(letters):
+        xs = [i + (k - (len(letters) - 1) / 2) * width for i in range(len(dists))]
+        ax.bar(xs, [d.get(letter, 0) for d in dists.values()], width, label=letter)
+    ax.set_xticks(range(len(dists)), list(dists), rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("% of picks")
+    ax.set_title("ShiftCheck position of picks (failed questions)")
+    ax.legend(title="position", fontsize=8)
+    _save(fig, path)
+    return True
+
+
+def somers_d(metrics: dict, path: str) -> bool:
+    critiques = _critiques(metrics)
+    if not critiques:
+        return False
+    levels = sorted({level for c in critiques.values() for level in c["correlation"]})
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(critiques)), 3.5))
+    width = 0.8 / len(levels)
+    for k, level in enumerate(levels):
+        xs = [i + (k - (len(levels) - 1) / 2) * width for i in range(len(critiques))]
+        ax.bar(xs, [(c["correlation"].get(level) or {}).get("d") or 0 for c in critiques.values()],
+               width, label=level)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(critiques)), list(critiques), rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(-1, 1)
+    ax.set_ylabel("Somers' D (judge | human)")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    return True
+
+
+def calibration(metrics: dict, path: str) -> bool:
+    curves = {name: c["calibration"] for name, c in _critiques(metrics).items() if c.get("calibration")}
+    if not curves:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="perfect")
+    for name, curve in curves.items():
+        ax.plot(curve["mean_predicted"], curve["fraction_incorrect"], marker="o",
+                label=f"{name} (Brier {curve['brier']:.3f})")
+    ax.set_xlabel("predicted P(step incorrect)")
+    ax.set_ylabel("observed share incorrect")
+    ax.set_title("Calibration")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+    return True
+
+
+PLOTS = {"step_prf": step_prf, "confusion": confusion, "shiftcheck_positions": shiftcheck_positions,
+         "somers_d": somers_d, "calibration": calibration}
+
+
+def write_plots(metrics: dict, plot_dir: str) -> list[str]:
+    """Draw every plot that has data; returns the names drawn (files `plot_dir/NAME.png`)."""
+    os.makedirs(plot_dir, exist_ok=True)
+    return [name for name, draw in PLOTS.items() if draw(metrics, os.path.join(plot_dir, f"{name}.png"))]

@@ -1,0 +1,271 @@
+"""Run judges over a chains dataset, recording every judgment durably, then write the results.
+
+`evaluate` is the whole `stepcritic eval` job: for each judge it judges only the chains (and ShiftCheck
+questions) its cache lacks, streaming the dataset in the judge's batch size, then rebuilds
+`predictions.jsonl` from the caches and hands gold + predictions to `report` for metrics, tables and
+plots. A run killed at any moment and started again with the same arguments finishes the job with
+exactly one judgment per chain and judge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import sys
+from collections import defaultdict
+
+from stepcritic.eval.cache import JudgeCache, write_jsonl_atomic
+from stepcritic.eval.judges.base import Critique, Judge
+
+TASKS = ("critique", "choice", "shiftcheck")
+OPTION_LETTERS = "ABCD"
+MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains per group, like A-D options
+
+
+class EvalError(RuntimeError):
+    """Bad input or a failing judge; the message is meant for the person running the command."""
+
+
+# ----------------------------------------------------------------------------- judges
+
+def build_judge(spec: str) -> Judge:
+    """A judge from its spec: registry kinds, or `py:package.module.Class[,key=value...]` for custom code.
+
+    The `py:` form lets users (and the tests) plug in a Judge subclass without touching the registry.
+    """
+    from stepcritic.eval.judges.registry import make_judge, typed
+
+    if spec.startswith("py:"):
+        target, *pairs = spec[3:].split(",")
+        module_name, _, class_name = target.replace(":", ".").rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise EvalError(f"judge spec {spec!r}: cannot import {target!r} ({e})") from None
+        if not (isinstance(cls, type) and issubclass(cls, Judge)):
+            raise EvalError(f"judge spec {spec!r}: {target!r} is not a Judge subclass")
+        options = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise EvalError(f"judge spec {spec!r}: option {pair!r} is not key=value")
+            options[key.strip()] = typed(value)
+    try:
+        return cls(spec, **options) if spec.startswith("py:") else make_judge(spec)
+    except (ValueError, KeyError, TypeError) as e:
+        raise EvalError(f"judge spec {spec!r}: {e}") from None
+
+
+# ----------------------------------------------------------------------------- gold
+
+def chain_digest(chain: dict) -> str:
+    """What the judge saw of a chain (text side); a cached judgment of different content is stale."""
+    blob = json.dumps([chain["question"], chain.get("final_answer"), [s["text"] for s in chain["steps"]]])
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+GOLD_STEP_FIELDS = ("correct", "human_score", "explanations", "premises")
+
+
+def gold_view(dataset) -> list[dict]:
+    """The labels every metric needs, without images: small enough to hold for the whole dataset."""
+    columns = ["chain_id", "group_id", "category", "question", "final_answer", "answer_correct",
+               "chain_correct", "steps"]
+    gold = []
+    for chain in dataset.select_columns(columns).to_list():
+        gold.append({
+            "chain_id": chain["chain_id"], "group_id": chain["group_id"], "category": chain["category"],
+            "answer_correct": chain["answer_correct"], "chain_correct": chain["chain_correct"],
+            "digest": chain_digest(chain),
+            "steps": [{k: s[k] for k in GOLD_STEP_FIELDS} for s in chain["steps"]],
+        })
+    if len({g["chain_id"] for g in gold}) != len(gold):
+        raise EvalError("chains: chain_id values are not unique; every judgment is keyed by chain_id")
+    return gold
+
+
+def load_dataset(path: str, decode_images: bool, limit: int | None):
+    from stepcritic.data_prep.schema import load_chains
+
+    try:
+        dataset = load_chains(path, decode_images=decode_images)
+    except (FileNotFoundError, ValueError) as e:  # ValueError covers SchemaError and malformed JSON lines
+        raise EvalError(f"chains: {e}") from None
+    if limit is not None:
+        dataset = dataset.select(range(min(limit, len(dataset))))
+    return dataset
+
+
+# ----------------------------------------------------------------------------- critiques
+
+def _rows(batch: dict) -> list[dict]:
+    return [dict(zip(batch, values)) for values in zip(*batch.values())]
+
+
+def _checked(judge: Judge, rows: list[dict], critiques: list) -> list[Critique]:
+    if len(critiques) != len(rows):
+        raise EvalError(f"judge {judge.name!r} returned {len(critiques)} critiques for {len(rows)} chains")
+    for row, critique in zip(rows, critiques):
+        if critique.chain_id != row["chain_id"] or len(critique.verdicts) != len(row["steps"]):
+            raise EvalError(f"judge {judge.name!r} returned a critique of the wrong chain or step count "
+                            f"for {row['chain_id']!r}")
+    return critiques
+
+
+def judge_chains(judge: Judge, dataset, gold: list[dict], cache: JudgeCache, progress: bool) -> dict:
+    """Judge the chains missing from the cache. Returns counts of cached and newly judged chains."""
+    from tqdm.auto import tqdm
+
+    done = cache.critiques.load()
+    missing = [i for i, g in enumerate(gold)
+               if done.get(g["chain_id"], {}).get("digest") != g["digest"]]
+    digest_of = {gold[i]["chain_id"]: gold[i]["digest"] for i in missing}
+    bar = tqdm(total=len(missing), desc=f"{judge.name} critique", unit="chain", disable=not progress,
+               file=sys.stderr)
+    for batch in dataset.select(missing).iter(batch_size=max(1, judge.batch_size)):
+        rows = _rows(batch)
+        try:
+            critiques = judge.judge_batch(rows)
+        except Exception as e:
+            raise EvalError(f"judge {judge.name!r} failed on the batch starting at chain "
+                            f"{rows[0]['chain_id']!r}: {type(e).__name__}: {e}") from e
+        cache.critiques.append([dict(c.to_json(), digest=digest_of[c.chain_id])
+                                for c in _checked(judge, rows, critiques)])
+        bar.update(len(rows))
+    bar.close()
+    return {"cached": len(gold) - len(missing), "judged": len(missing)}
+
+
+# ----------------------------------------------------------------------------- ShiftCheck
+
+def shiftcheck_questions(gold: list[dict]) -> list[dict]:
+    """One multiple-choice question per group of >= 2 chains: "which chain is best?".
+
+    At most four options per group. When a group has a fully-correct chain, exactly one is kept (the
+    first by chain_id) and it is the gold option; the others fill up with incorrect chains by chain_id.
+    Groups with no (or only) correct chains still measure consistency and position bias (gold None).
+    """
+    groups = defaultdict(list)
+    for g in gold:
+        groups[g["group_id"]].append(g)
+    questions = []
+    for group_id, members in groups.items():
+        if len(members) < 2:
+            continue
+        members = sorted(members, key=lambda g: g["chain_id"])
+        correct = [g for g in members if g["chain_correct"] is True]
+        others = [g for g in members if g["chain_correct"] is not True]
+        if correct and others:
+            chosen, gold_id = [correct[0]] + others[:MAX_OPTIONS - 1], correct[0]["chain_id"]
+        else:
+            chosen, gold_id = members[:MAX_OPTIONS], None
+        questions.append({"group_id": group_id, "category": members[0]["category"], "gold": gold_id,
+                          "options": sorted(g["chain_id"] for g in chosen)})
+    return questions
+
+
+def shifted_questions(questions: list[dict]) -> list[dict]:
+    from stepcritic.eval.shiftcheck import circular_shifts
+
+    out = []
+    for q in questions:
+        for shift, options in enumerate(circular_shifts(q["options"])):
+            out.append(dict(q, question_id=f"{q['group_id']}#{shift}", shift=shift, options=list(options)))
+    return out
+
+
+def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache, progress: bool) -> dict:
+    """Ask `judge.pick_best` every shifted question missing from the cache."""
+    from tqdm.auto import tqdm
+
+    done = cache.picks.load()
+    missing = [q for q in questions if done.get(q["question_id"], {}).get("options") != q["options"]]
+    index_of = {cid: i for i, cid in enumerate(dataset["chain_id"])}
+    bar = tqdm(total=len(missing), desc=f"{judge.name} shiftcheck", unit="question", disable=not progress,
+               file=sys.stderr)
+    chunk_size = max(1, judge.batch_size)  # questions judged, then fsynced, together
+    for start in range(0, len(missing), chunk_size):
+        chunk = missing[start:start + chunk_size]
+        needed = sorted({index_of[cid] for q in chunk for cid in q["options"]})
+        rows = {row["chain_id"]: row for row in _rows(dataset.select(needed)[:])}
+        records = []
+        for q in chunk:
+            try:
+                picked = judge.pick_best([rows[cid] for cid in q["options"]])
+            except Exception as e:
+                raise EvalError(f"judge {judge.name!r} failed on ShiftCheck question {q['question_id']!r}: "
+                                f"{type(e).__name__}: {e}") from e
+            letter = OPTION_LETTERS[picked] if picked is not None and 0 <= picked < len(q["options"]) else None
+            records.append(dict(q, prediction=letter))
+        cache.picks.append(records)
+        bar.update(len(chunk))
+    bar.close()
+    return {"cached": len(questions) - len(missing), "judged": len(missing)}
+
+
+# ----------------------------------------------------------------------------- the job
+
+def prediction_record(cached: dict, judge_name: str, fingerprint: str) -> dict:
+    critique = Critique.from_json(cached)
+    return {"chain_id": critique.chain_id, "judge": judge_name, "fingerprint": fingerprint,
+            "verdicts": critique.verdicts, "p_incorrect": critique.p_incorrect,
+            "explanations": critique.explanations, "answer_correct": critique.answer_correct,
+            "chain_score": critique.chain_score, "valid": critique.valid, "error": critique.error,
+            "raw": critique.raw, "extra": critique.extra}
+
+
+def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], out_dir: str,
+              wants_critiques: bool, progress: bool) -> dict:
+    """Judge what the cache lacks, then read this judge's complete results back from the cache."""
+    fingerprint = judge.fingerprint()
+    cache = JudgeCache(out_dir, judge.name, fingerprint)
+    result = {"fingerprint": fingerprint, "predictions": [], "picks": [], "run": {"critiques": None, "picks": None}}
+    try:
+        if wants_critiques:
+            result["run"]["critiques"] = judge_chains(judge, dataset, gold, cache, progress)
+            cached = cache.critiques.load()
+            result["predictions"] = [prediction_record(cached[g["chain_id"]], judge.name, fingerprint)
+                                     for g in gold]
+        if questions:
+            result["run"]["picks"] = judge_picks(judge, dataset, questions, cache, progress)
+            cached = cache.picks.load()
+            result["picks"] = [cached[q["question_id"]] for q in questions]
+    finally:
+        cache.close()
+    return result
+
+
+def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, limit: int | None = None,
+             matcher: str = "lexical", progress: bool = True, log=print) -> dict:
+    """Judge, cache, and write predictions.jsonl, metrics.json, report.md and plots/ under `out_dir`."""
+    from stepcritic.eval import report
+
+    unknown = set(tasks) - set(TASKS)
+    if unknown:
+        raise EvalError(f"unknown task(s) {sorted(unknown)}; choose from {list(TASKS)}")
+    names = [j.name for j in judges]
+    if not judges or len(set(names)) != len(names):
+        raise EvalError(f"give one or more judges with distinct names, got {names}")
+    plain = load_dataset(chains_path, decode_images=False, limit=limit)
+    if len(plain) == 0:
+        raise EvalError(f"chains: {chains_path} holds no chains")
+    decoded = load_dataset(chains_path, True, limit) if any(j.needs_images for j in judges) else None
+    gold = gold_view(plain)
+    questions = shifted_questions(shiftcheck_questions(gold)) if "shiftcheck" in tasks else []
+    wants_critiques = bool({"critique", "choice"} & set(tasks))
+    os.makedirs(out_dir, exist_ok=True)
+
+    results = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
+                                     wants_critiques, progress) for judge in judges}
+    write_jsonl_atomic(os.path.join(out_dir, "predictions.jsonl"),
+                       (p for result in results.values() for p in result["predictions"]))
+    metrics = report.compute_metrics(gold, {name: r["predictions"] for name, r in results.items()},
+                                     {name: r["picks"] for name, r in results.items()}, tasks=tasks, matcher=matcher)
+    for name, result in results.items():
+        metrics["judges"][name].update(run=result["run"], fingerprint=result["fingerprint"])
+    report.write_report(metrics, out_dir)
+    for name in names:
+        log(report.summary_line(name, metrics["judges"][name]))
+    return metrics

@@ -1,0 +1,100 @@
+"""`stepcritic eval` / `python -m stepcritic.eval`: instant help, clear errors for bad input."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+from stepcritic.data_prep.schema import save_chains, validate_chain
+from stepcritic.eval import cli
+from stepcritic.eval.judges.base import Judge
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class UnreachableJudge(Judge):
+    """Stands in for an API judge whose endpoint stays down after its retries."""
+
+    kind = "test-unreachable"
+    needs_images = False
+
+    def judge_batch(self, chains):
+        raise ConnectionError("http://127.0.0.1:9/v1 refused the connection after 3 retries")
+
+
+@pytest.fixture
+def chains_dir(tmp_path):
+    path = str(tmp_path / "chains")
+    save_chains([validate_chain(c) for c in helpers.chains(4)], path)
+    return path
+
+
+def run_main(argv):
+    return cli.main(cli.make_parser().parse_args(argv))
+
+
+def test_help_lists_the_options_without_loading_heavy_libraries():
+    code = ("import sys; from stepcritic.eval import cli; cli.make_parser().format_help(); "
+            "print(sorted(m for m in ('datasets', 'numpy', 'torch', 'matplotlib') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert loaded.stdout.strip() == "[]"
+    result = subprocess.run([sys.executable, "-m", "stepcritic.eval", "--help"], capture_output=True, text=True,
+                            cwd=REPO, timeout=20)
+    assert result.returncode == 0
+    for option in ("--chains", "--judge", "--out", "--tasks", "--limit", "--matcher"):
+        assert option in result.stdout
+    assert "always-correct" in result.stdout  # the epilog explains judge specs
+
+
+def test_list_judges_needs_no_other_option(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.make_parser().parse_args(["--list-judges"])
+    assert exit_info.value.code == 0
+    assert "random" in capsys.readouterr().out
+
+
+def test_make_parser_fills_a_given_subparser():
+    import argparse
+
+    top = argparse.ArgumentParser(prog="stepcritic")
+    sub = top.add_subparsers(dest="command")
+    cli.make_parser(sub.add_parser("eval"))
+    args = top.parse_args(["eval", "--chains", "c", "--judge", "majority", "--judge", "always-correct",
+                           "--out", "o", "--tasks", "choice", "--limit", "5"])
+    assert (args.judges, args.tasks, args.limit, args.matcher) == (["majority", "always-correct"], ["choice"], 5,
+                                                                   "lexical")
+
+
+def test_missing_chains_dir_fails_with_a_clear_message(tmp_path, capsys):
+    assert run_main(["--chains", str(tmp_path / "nope"), "--judge", "majority", "--out", str(tmp_path / "o")]) != 0
+    assert "chains not found" in capsys.readouterr().err
+
+
+def test_unknown_judge_spec_fails_with_a_clear_message(chains_dir, tmp_path, capsys):
+    assert run_main(["--chains", chains_dir, "--judge", "oracle-of-delphi", "--out", str(tmp_path / "o")]) != 0
+    err = capsys.readouterr().err
+    assert "oracle-of-delphi" in err and "unknown judge kind" in err
+
+
+def test_unimportable_python_judge_fails_with_a_clear_message(chains_dir, tmp_path, capsys):
+    assert run_main(["--chains", chains_dir, "--judge", "py:no_such_module.Judge", "--out", str(tmp_path / "o")]) != 0
+    assert "cannot import 'no_such_module.Judge'" in capsys.readouterr().err
+
+
+def test_unreachable_endpoint_fails_with_the_cause_and_a_resume_hint(chains_dir, tmp_path, capsys):
+    argv = ["--chains", chains_dir, "--judge", "py:test_eval_cli.UnreachableJudge", "--out", str(tmp_path / "o"),
+            "--no-progress"]
+    assert run_main(argv) != 0
+    err = capsys.readouterr().err
+    assert "refused the connection" in err and "rerun the same command to resume" in err
+
+
+def test_limit_judges_only_the_first_chains(chains_dir, tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert run_main(["--chains", chains_dir, "--judge", "majority", "--out", out, "--limit", "2",
+                     "--tasks", "critique", "--no-progress"]) == 0
+    with open(os.path.join(out, "predictions.jsonl")) as f:
+        assert len(f.readlines()) == 2
+    assert "majority: 2 chains judged" in capsys.readouterr().out

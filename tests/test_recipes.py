@@ -1,0 +1,238 @@
+"""Every shipped recipe parses with the real parser and builds its model class (tiny config, same architecture)
+with its LoRA setting; the parser is strict; the accelerate configs are complete."""
+
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stepcritic.train import archs
+from stepcritic.train.config import DATASET_KINDS, RecipeError, parse_recipe, parse_recipe_argv
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+ACCELERATE_DIR = RECIPES_DIR / "accelerate"
+RECIPES = sorted(p for p in RECIPES_DIR.rglob("*.yaml") if ACCELERATE_DIR not in p.parents)
+ACCELERATE_CONFIGS = sorted(ACCELERATE_DIR.glob("*.yaml"))
+TINY_SFT = RECIPES_DIR / "tiny" / "critique-sft.yaml"
+REAL_SFT = RECIPES_DIR / "qwen2.5-vl-7b" / "sft-lora.yaml"
+CONFIG_CLASSES = {"sft": "SFTConfig", "prm": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig",
+                  "reward": "RewardModelConfig"}
+
+
+def name_of(path):
+    return str(path.relative_to(RECIPES_DIR))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_tiny_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STEPCRITIC_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+def write(tmp_path, text, name="recipe.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_expected_recipes_are_shipped():
+    expected = {
+        *(f"qwen2.5-vl-7b/{m}-lora.yaml" for m in ("sft", "dpo", "prm", "reward", "grpo")),
+        *(f"qwen2.5-vl-3b/{m}-lora.yaml" for m in ("sft", "dpo", "prm", "reward")),
+        "smolvlm/sft-lora.yaml", "smolvlm/prm-lora.yaml",
+        *(f"tiny/{m}.yaml" for m in ("critique-sft", "prm", "dpo", "reward", "grpo")),
+    }
+    assert expected <= {name_of(p) for p in RECIPES}
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=name_of)
+def test_recipe_parses(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # no deprecated keys
+        recipe = parse_recipe(path)
+    assert type(recipe.training_args).__name__ == CONFIG_CLASSES[recipe.method]
+    assert recipe.script_args.dataset_kind in DATASET_KINDS[recipe.method]
+    assert recipe.training_args.output_dir.startswith("outputs/")
+    if recipe.script_args.tiny_model:
+        assert recipe.training_args.use_cpu and recipe.training_args.report_to in ("none", [])
+    else:
+        assert recipe.model_args.use_peft and recipe.model_args.dtype == "bfloat16"
+        assert recipe.training_args.gradient_checkpointing
+        assert not recipe.script_args.lora_on_vision
+    if recipe.method in ("sft", "prm"):
+        assert recipe.training_args.assistant_only_loss
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=name_of)
+def test_recipe_model_builds_with_its_lora_on_the_language_model(path):
+    from peft import get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    recipe = parse_recipe(path)
+    if recipe.script_args.tiny_model:
+        model = AutoModelForImageTextToText.from_pretrained(recipe.model_path())
+    else:
+        model_type = archs.model_type_of(recipe.model_args.model_name_or_path)
+        model = AutoModelForImageTextToText.from_config(archs.tiny_config(model_type))
+        assert model.config.model_type == model_type
+    peft_config = archs.lora_config(recipe.model_args, recipe.script_args.lora_on_vision)
+    if peft_config is None:
+        assert not recipe.model_args.use_peft
+        return
+    adapted = get_peft_model(model, peft_config)
+    adapted_modules = [name for name, _ in adapted.named_modules() if name.endswith(".lora_A")]
+    assert adapted_modules, "LoRA targets match no module"
+    assert not [name for name in adapted_modules if archs.is_vision_tower(name) or "merger" in name]
+
+
+def test_vision_tower_freezing_keeps_the_projector_trainable():
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_config(archs.tiny_config("llava"))
+    assert archs.freeze_vision_tower(model) > 0
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert any("multi_modal_projector" in name for name in trainable)
+    assert not any("vision_tower" in name for name in trainable)
+    assert any("language_model" in name for name in trainable)
+
+
+def test_real_size_config_matches_the_published_model():
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(archs.real_config("qwen2.5-vl-3b"))
+    assert 3.7e9 < sum(p.numel() for p in model.parameters()) < 3.8e9
+    assert archs.real_config("Qwen/Qwen2.5-VL-7B-Instruct").text_config.hidden_size == 3584
+
+
+def test_unknown_key_is_named_with_the_file_and_a_suggestion(tmp_path):
+    path = write(tmp_path, REAL_SFT.read_text() + "learning_rat: 1.0e-4\n")
+    with pytest.raises(RecipeError, match=r"recipe\.yaml: unknown key `learning_rat`; did you mean `learning_rate`"):
+        parse_recipe(path)
+
+
+def test_stale_key_points_to_its_replacement(tmp_path):
+    path = write(tmp_path, REAL_SFT.read_text().replace("dtype: bfloat16", "torch_dtype: bfloat16"))
+    with pytest.raises(RecipeError, match="unknown key `torch_dtype`; it was renamed to `dtype`"):
+        parse_recipe(path)
+
+
+@pytest.mark.parametrize("line, key", [
+    ("learning_rate: fast", "learning_rate"),
+    ("lora_r: [8, 16]", "lora_r"),
+    ("max_steps: null", "max_steps"),
+    ("use_peft: maybe", "use_peft"),
+    ("lr_scheduler_type: {a: 1}", "lr_scheduler_type"),
+])
+def test_wrong_type_names_the_key(tmp_path, line, key):
+    path = write(tmp_path, f"{TINY_SFT.read_text()}\n{line}\n")
+    with pytest.raises(RecipeError, match=key):
+        parse_recipe(path)
+
+
+def test_key_of_another_method_is_rejected(tmp_path):
+    path = write(tmp_path, TINY_SFT.read_text() + "beta: 0.1\n")
+    with pytest.raises(RecipeError, match="unknown key `beta`"):
+        parse_recipe(path)
+
+
+def test_overrides_win_over_the_yaml():
+    recipe = parse_recipe(TINY_SFT, ["--learning_rate", "3e-5", "--max_steps=7", "--assistant_only_loss", "false",
+                                     "--no_model_card"])
+    assert (recipe.training_args.learning_rate, recipe.training_args.max_steps) == (3e-5, 7)
+    assert recipe.training_args.assistant_only_loss is False and recipe.script_args.model_card is False
+    recipe = parse_recipe(TINY_SFT, {"dataset_path": "elsewhere", "lora_target_modules": ["q_proj", "v_proj"],
+                                     "max_length": None})
+    assert recipe.script_args.dataset_path == "elsewhere" and recipe.training_args.max_length is None
+    assert recipe.model_args.lora_target_modules == ["q_proj", "v_proj"]
+
+
+@pytest.mark.parametrize("override", [["--learnin_rate", "1"], ["--learning", "1"], {"bogus": 1}])
+def test_unknown_override_is_named(override):
+    key = next(iter(override)) if isinstance(override, dict) else override[0].lstrip("-")
+    with pytest.raises(RecipeError, match=f"override: unknown key `{key}`"):
+        parse_recipe(TINY_SFT, override)
+
+
+def test_method_override_picks_the_method_config_and_dataset_kind():
+    recipe = parse_recipe(TINY_SFT, ["--method", "prm"])
+    assert recipe.method == "prm" and recipe.script_args.dataset_kind == "prm-sft"
+    with pytest.raises(RecipeError, match="unknown key `assistant_only_loss`"):
+        parse_recipe(TINY_SFT, ["--method=dpo"])
+
+
+def test_dataset_kind_must_suit_the_method():
+    with pytest.raises(RecipeError, match="dataset_kind 'critique-pref' cannot train method 'sft'"):
+        parse_recipe(TINY_SFT, {"dataset_kind": "critique-pref"})
+
+
+def test_model_is_required_unless_tiny():
+    with pytest.raises(RecipeError, match="model_name_or_path"):
+        parse_recipe(TINY_SFT, {"tiny_model": False})
+
+
+def test_missing_or_unknown_method_is_named(tmp_path):
+    with pytest.raises(RecipeError, match="recipe.yaml: `method` must be one of"):
+        parse_recipe(write(tmp_path, "dataset_path: data/x\n"))
+    with pytest.raises(RecipeError, match="got 'ppo'"):
+        parse_recipe(TINY_SFT, ["--method", "ppo"])
+
+
+def test_cpu_host_defaults_to_cpu_training(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU defaults apply only without CUDA")
+    text = "".join(line + "\n" for line in TINY_SFT.read_text().splitlines()
+                   if not line.startswith(("use_cpu:", "bf16:")))
+    recipe = parse_recipe(write(tmp_path, text))
+    assert recipe.training_args.use_cpu and not recipe.training_args.bf16
+    assert len(recipe.adjustments) == 2
+    kept = parse_recipe(REAL_SFT)  # an explicit bf16 stays; only use_cpu is filled in
+    assert kept.training_args.bf16 and kept.training_args.use_cpu and len(kept.adjustments) == 1
+
+
+def test_command_line_form():
+    recipe = parse_recipe_argv(["--config", str(TINY_SFT), "--seed", "3"])
+    assert recipe.training_args.seed == 3 and recipe.source == str(TINY_SFT)
+    assert parse_recipe_argv([f"--config={TINY_SFT}"]).training_args.seed == 0
+    with pytest.raises(RecipeError, match="--config"):
+        parse_recipe_argv(["--seed", "3"])
+
+
+@pytest.mark.parametrize("folder", sorted({p.parent for p in RECIPES} | {ACCELERATE_DIR}), ids=lambda p: p.name)
+def test_every_folder_documents_its_recipes(folder):
+    readme = (folder / "README.md").read_text()
+    assert "accelerate launch" in readme or "python -m stepcritic.train" in readme
+    for recipe in folder.glob("*.yaml"):
+        assert recipe.name in readme, f"{recipe.name} is not described in {folder.name}/README.md"
+
+
+@pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=lambda p: p.name)
+def test_accelerate_config_is_complete(path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    raw = yaml.safe_load(path.read_text())
+    for key in ("compute_environment", "distributed_type", "num_machines", "num_processes", "machine_rank",
+                "mixed_precision", "use_cpu"):
+        assert key in raw, f"{path.name} lacks {key}"
+    if raw["distributed_type"] == "DEEPSPEED":
+        assert raw["deepspeed_config"]["zero_stage"] in (2, 3)
+    config = load_config_from_file(str(path))  # accelerate's own reader accepts it
+    assert config.num_processes == raw["num_processes"]
+
+
+def test_accelerate_configs_match_their_names():
+    load = {p.stem: yaml.safe_load(p.read_text()) for p in ACCELERATE_CONFIGS}
+    assert set(load) >= {"single_gpu", "multi_gpu", "zero2", "zero3", "zero3_offload", "multi_node", "cpu_zero2"}
+    assert load["multi_gpu"]["distributed_type"] == "MULTI_GPU" and load["multi_gpu"]["num_processes"] == 8
+    assert load["zero3_offload"]["deepspeed_config"]["offload_param_device"] == "cpu"
+    assert load["zero3_offload"]["deepspeed_config"]["offload_optimizer_device"] == "cpu"
+    node = load["multi_node"]
+    assert (node["num_machines"], node["num_processes"], node["deepspeed_config"]["zero_stage"]) == (2, 16, 3)
+    assert "main_process_ip" in node
+    cpu = load["cpu_zero2"]
+    assert cpu["use_cpu"] is True and cpu["deepspeed_config"]["zero_stage"] == 2

@@ -1,0 +1,178 @@
+"""The offline tiny critic: builds without the Hub, reloads with the Auto classes, and its chat template
+masks exactly the assistant turns (what TRL's assistant_only_loss trains on)."""
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from stepcritic.train.tiny import (
+    TURN_END,
+    build_tiny_critic,
+    load_critic,
+    tiny_critic_path,
+)
+
+IMAGE_SIZE, PATCH_SIZE = 96, 16
+CRITIQUE = json.dumps(
+    {"steps": [{"step": 1, "correct": True}, {"step": 12, "correct": False, "explanation": "Not 3 {red} stars."}],
+     "answer_correct": False}
+)
+
+
+def conversation():
+    return [
+        {"role": "system", "content": "You judge each step."},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Step 1: there are 3 red circles."}]},
+        {"role": "assistant", "content": "+"},
+        {"role": "user", "content": [{"type": "text", "text": "Step 2: so 3 + 4 = 8."}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "-"}]},
+        {"role": "user", "content": "Now the whole critique."},
+        {"role": "assistant", "content": CRITIQUE},
+    ]
+
+
+def picture():
+    image = Image.new("RGB", (120, 80), "white")
+    image.paste((200, 30, 30), (20, 20, 60, 60))
+    return image
+
+
+@pytest.fixture(scope="module", params=["llava", "idefics3"])
+def tiny(request, tmp_path_factory):
+    path = build_tiny_critic(tmp_path_factory.mktemp(request.param), arch=request.param)
+    model, processor = load_critic(path)
+    return request.param, path, model, processor
+
+
+def encode(processor, messages, **kwargs):
+    return processor.apply_chat_template(
+        messages, images=[picture()], tokenize=True, return_dict=True, return_tensors="pt", **kwargs
+    )
+
+
+def test_reloads_with_auto_classes(tiny):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    arch, path, _, _ = tiny
+    model = AutoModelForImageTextToText.from_pretrained(path)
+    processor = AutoProcessor.from_pretrained(path)
+    assert model.config.model_type == arch
+    assert 1e6 < sum(p.numel() for p in model.parameters()) < 1e7
+    assert processor.tokenizer.eos_token == TURN_END
+    assert model.generation_config.eos_token_id == processor.tokenizer.eos_token_id
+
+
+def test_forward_pass_with_image(tiny):
+    _, _, model, processor = tiny
+    batch = encode(processor, conversation())
+    image_token_id = processor.tokenizer.convert_tokens_to_ids("<image>")
+    assert (batch["input_ids"] == image_token_id).sum() > 0
+    with torch.no_grad():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    pixel_values=batch["pixel_values"], **({"pixel_attention_mask": batch["pixel_attention_mask"]}
+                                                           if "pixel_attention_mask" in batch else {}),
+                    labels=batch["input_ids"])
+    assert out.logits.shape[:2] == batch["input_ids"].shape
+    assert out.logits.shape[-1] >= len(processor.tokenizer)
+    assert torch.isfinite(out.loss)
+
+
+def test_llava_image_costs_one_token_per_patch(tiny):
+    arch, _, _, processor = tiny
+    if arch != "llava":
+        pytest.skip("Idefics3 wraps and pools its image tokens")
+    ids = encode(processor, conversation())["input_ids"][0]
+    assert (ids == processor.tokenizer.convert_tokens_to_ids("<image>")).sum() == (IMAGE_SIZE // PATCH_SIZE) ** 2
+
+
+def test_assistant_mask_covers_exactly_the_assistant_turns(tiny):
+    _, _, _, processor = tiny
+    batch = encode(processor, conversation(), return_assistant_tokens_mask=True)
+    ids, mask = batch["input_ids"][0].tolist(), batch["assistant_masks"][0].tolist()
+    spans, current = [], []
+    for token, masked in zip(ids, mask):
+        if masked:
+            current.append(token)
+        elif current:
+            spans.append(current)
+            current = []
+    if current:
+        spans.append(current)
+    decoded = [processor.tokenizer.decode(span) for span in spans]
+    # The end-of-turn token is part of each span: the model must learn to stop.
+    assert decoded == ["+" + TURN_END, "-" + TURN_END, CRITIQUE + TURN_END]
+
+
+def test_template_passes_trl_training_checks(tiny):
+    from trl.chat_template_utils import has_generation_markers, is_chat_template_stop_token_trained
+
+    _, _, _, processor = tiny
+    assert has_generation_markers(processor.chat_template)
+    assert is_chat_template_stop_token_trained(processor)
+
+
+def test_judgment_tokens_are_single_tokens(tiny):
+    _, _, _, processor = tiny
+    tokenizer = processor.tokenizer
+    plus, minus = (tokenizer.encode(s, add_special_tokens=False) for s in ("+", "-"))
+    assert len(plus) == 1 and len(minus) == 1 and plus != minus
+    ids = encode(processor, conversation()[:3])["input_ids"][0].tolist()
+    assert ids[-3:-1] == [plus[0], tokenizer.convert_tokens_to_ids(TURN_END)]
+
+
+def test_text_round_trips_and_digits_split(tiny):
+    _, _, _, processor = tiny
+    tokenizer = processor.tokenizer
+    assert tokenizer.decode(tokenizer.encode(CRITIQUE, add_special_tokens=False)) == CRITIQUE
+    assert [t for t in tokenizer.tokenize("step 12") if t.isdigit()] == ["1", "2"]
+
+
+def test_string_and_part_lists_render_alike(tiny):
+    _, _, _, processor = tiny
+    as_string = [{"role": "user", "content": "Is it red?"}]
+    as_parts = [{"role": "user", "content": [{"type": "text", "text": "Is it red?"}]}]
+    rendered = processor.apply_chat_template(as_string, tokenize=False, add_generation_prompt=True)
+    assert rendered == processor.apply_chat_template(as_parts, tokenize=False, add_generation_prompt=True)
+    assert rendered.endswith("<|im_start|>assistant\n")
+
+
+def test_build_is_deterministic(tmp_path):
+    first, again, other = (build_tiny_critic(tmp_path / name, seed=seed)
+                           for name, seed in (("a", 0), ("b", 0), ("c", 1)))
+    read = lambda folder, name: (tmp_path / folder / name).read_bytes()  # noqa: E731
+    assert read("a", "model.safetensors") == read("b", "model.safetensors")
+    assert read("a", "tokenizer.json") == read("b", "tokenizer.json")
+    assert read("a", "model.safetensors") != read("c", "model.safetensors")
+
+
+def test_cached_path_is_built_once_per_arguments(tmp_path):
+    path = tiny_critic_path(cache_dir=tmp_path)
+    stamp = (tmp_path / path / "model.safetensors").stat().st_mtime_ns
+    assert tiny_critic_path(cache_dir=tmp_path) == path
+    assert (tmp_path / path / "model.safetensors").stat().st_mtime_ns == stamp
+    assert tiny_critic_path(cache_dir=tmp_path, seed=1) != path
+    assert sorted(p.name.startswith("tiny-llava-") for p in tmp_path.iterdir()) == [True, True]  # no staging left
+
+
+def test_load_critic_reads_a_lora_adapter(tmp_path):
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    base = build_tiny_critic(tmp_path / "base")
+    model, processor = load_critic(base)
+    adapted = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # LoRA starts as a no-op; make it change the outputs
+        for name, parameter in adapted.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
+    adapted.save_pretrained(tmp_path / "adapter")
+    batch = encode(processor, conversation()[:3])
+
+    reloaded, reloaded_processor = load_critic(tmp_path / "adapter")
+    assert isinstance(reloaded, PeftModel)
+    assert reloaded_processor.tokenizer.eos_token == TURN_END
+    with torch.no_grad():
+        expected = adapted(**batch).logits
+        assert torch.allclose(reloaded(**batch).logits, expected, atol=1e-5)
+        assert not torch.allclose(load_critic(base)[0](**batch).logits, expected, atol=1e-3)

@@ -1,0 +1,225 @@
+"""The vision-language families StepCritic trains, described without downloading anything.
+
+* `model_type_of`: which transformers architecture a recipe's `model_name_or_path` is;
+* `tiny_config`: a few-hundred-thousand-parameter config of that architecture, so tests instantiate every
+  recipe's model class (and apply its LoRA setting) offline;
+* `real_config`: the published sizes, so a throughput benchmark can build a randomly initialised model of the
+  real shape without its weights;
+* `lora_config` / `freeze_vision_tower`: keep adapters and updates on the language model, the recipes' default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+# Hub name -> transformers `model_type`; recipe folders are named by the short aliases.
+MODEL_TYPES = {
+    "Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_vl",
+    "Qwen/Qwen2.5-VL-3B-Instruct": "qwen2_5_vl",
+    "HuggingFaceTB/SmolVLM-Instruct": "idefics3",
+    "HuggingFaceTB/SmolVLM2-2.2B-Instruct": "smolvlm",
+    "llava-hf/llava-1.5-7b-hf": "llava",
+}
+ALIASES = {
+    "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct",
+    "qwen2.5-vl-3b": "Qwen/Qwen2.5-VL-3B-Instruct",
+    "smolvlm": "HuggingFaceTB/SmolVLM-Instruct",
+    "smolvlm2": "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+}
+
+# Module-name components of the image side of each family.  The projector (connector / merger) is listed apart:
+# freezing the vision tower keeps it trainable, while LoRA "off the vision side" leaves it alone too.
+_VISION_TOWER = r"(?:visual|vision_tower|vision_model)"
+_PROJECTOR = r"(?:multi_modal_projector|connector|visual\.merger)"
+# PEFT full-matches a string `exclude_modules` against each module name.
+VISION_SIDE_REGEX = rf"(?:.*\.)?(?:{_VISION_TOWER}|{_PROJECTOR})(?:\..*)?"
+
+# A deliberately tiny text model; head_dim 16, so Qwen's multimodal RoPE sections must add up to 8.
+_TINY_TEXT = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+_TINY_SIGLIP = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, patch_size=14)
+_TINY_IMAGE_TOKEN = 500  # any id inside the tiny vocabulary
+
+_TINY = {
+    "qwen2_5_vl": dict(
+        text_config={
+            **_TINY_TEXT,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+        },
+        vision_config=dict(
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=_TINY_TEXT["hidden_size"],
+            fullatt_block_indexes=[1],
+        ),
+        image_token_id=_TINY_IMAGE_TOKEN,
+        video_token_id=_TINY_IMAGE_TOKEN + 1,
+        vision_start_token_id=_TINY_IMAGE_TOKEN + 2,
+        vision_end_token_id=_TINY_IMAGE_TOKEN + 3,
+    ),
+    "idefics3": dict(
+        text_config={"model_type": "llama", **_TINY_TEXT},
+        vision_config={**_TINY_SIGLIP, "image_size": 56},
+        image_token_id=_TINY_IMAGE_TOKEN,
+        scale_factor=2,
+    ),
+    "smolvlm": dict(
+        text_config={"model_type": "llama", **_TINY_TEXT},
+        vision_config={**_TINY_SIGLIP, "image_size": 56},
+        image_token_id=_TINY_IMAGE_TOKEN,
+        scale_factor=2,
+    ),
+    "llava": dict(
+        text_config={"model_type": "llama", **_TINY_TEXT},
+        vision_config={"model_type": "siglip_vision_model", **_TINY_SIGLIP, "image_size": 56},
+        image_token_index=_TINY_IMAGE_TOKEN,
+        vision_feature_select_strategy="full",
+    ),
+}
+
+# Published config.json sizes (architecture fields only; token ids and tokenizer-dependent fields are the
+# library defaults, which match these checkpoints).
+_QWEN25_VL_VISION = dict(
+    depth=32,
+    hidden_size=1280,
+    intermediate_size=3420,
+    num_heads=16,
+    patch_size=14,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    window_size=112,
+    fullatt_block_indexes=[7, 15, 23, 31],
+    tokens_per_second=2,
+)
+_QWEN25_VL_ROPE = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}
+_SMOLVLM_TEXT = dict(
+    model_type="llama",
+    vocab_size=49155,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=24,
+    num_attention_heads=32,
+    num_key_value_heads=32,
+    max_position_embeddings=16384,
+    rope_parameters={"rope_type": "default", "rope_theta": 273768.0},
+)
+_SO400M_VISION = dict(
+    hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, patch_size=14
+)
+_REAL = {
+    "Qwen/Qwen2.5-VL-7B-Instruct": dict(
+        text_config=dict(
+            vocab_size=152064,
+            hidden_size=3584,
+            intermediate_size=18944,
+            num_hidden_layers=28,
+            num_attention_heads=28,
+            num_key_value_heads=4,
+            max_position_embeddings=128000,
+            rope_parameters=_QWEN25_VL_ROPE,
+            tie_word_embeddings=False,
+        ),
+        vision_config={**_QWEN25_VL_VISION, "out_hidden_size": 3584},
+        tie_word_embeddings=False,
+    ),
+    "Qwen/Qwen2.5-VL-3B-Instruct": dict(
+        text_config=dict(
+            vocab_size=151936,
+            hidden_size=2048,
+            intermediate_size=11008,
+            num_hidden_layers=36,
+            num_attention_heads=16,
+            num_key_value_heads=2,
+            max_position_embeddings=128000,
+            rope_parameters=_QWEN25_VL_ROPE,
+            tie_word_embeddings=True,
+        ),
+        vision_config={**_QWEN25_VL_VISION, "out_hidden_size": 2048},
+        tie_word_embeddings=True,
+    ),
+    "HuggingFaceTB/SmolVLM-Instruct": dict(
+        text_config=_SMOLVLM_TEXT,
+        vision_config={**_SO400M_VISION, "image_size": 384},
+        scale_factor=3,
+        image_token_id=49153,
+    ),
+}
+
+
+def resolve_alias(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def model_type_of(name_or_path: str) -> str:
+    """transformers `model_type` of a local checkpoint (its config.json) or of a Hub name in MODEL_TYPES."""
+    config_file = Path(name_or_path) / "config.json"
+    if config_file.is_file():
+        return json.loads(config_file.read_text())["model_type"]
+    name = resolve_alias(name_or_path)
+    if name not in MODEL_TYPES:
+        raise KeyError(f"unknown model {name_or_path!r}: add it to stepcritic.train.archs.MODEL_TYPES")
+    return MODEL_TYPES[name]
+
+
+def tiny_config(model_type: str):
+    """A tiny, randomly initialisable config of `model_type` (one of the families in `_TINY`)."""
+    from transformers import AutoConfig
+
+    if model_type not in _TINY:
+        raise KeyError(f"no tiny config for model_type {model_type!r}; known: {sorted(_TINY)}")
+    return AutoConfig.for_model(model_type, **_TINY[model_type])
+
+
+def real_config(name: str):
+    """The real-size config of a model (Hub name or alias such as "qwen2.5-vl-3b"), built without downloading."""
+    from transformers import AutoConfig
+
+    name = resolve_alias(name)
+    if name not in _REAL:
+        raise KeyError(f"no real-size config for {name!r}; known: {sorted(_REAL)}")
+    return AutoConfig.for_model(MODEL_TYPES[name], **_REAL[name])
+
+
+def is_vision_tower(module_name: str) -> bool:
+    """True for the image encoder's modules/parameters, False for the projector and the language model."""
+    return re.search(rf"(?:^|\.){_VISION_TOWER}\.", module_name) is not None and not re.search(
+        rf"(?:^|\.){_PROJECTOR}\.", module_name
+    )
+
+
+def freeze_vision_tower(model) -> int:
+    """Stop gradients to the image encoder (the projector stays trainable); returns the parameters frozen."""
+    frozen = 0
+    for name, parameter in model.named_parameters():
+        if is_vision_tower(name):
+            parameter.requires_grad_(False)
+            frozen += parameter.numel()
+    return frozen
+
+
+def lora_config(model_args, lora_on_vision: bool = False):
+    """The recipe's LoRA config (TRL's mapping of ModelConfig), kept off the vision side unless asked.
+
+    Module names such as `q_proj` or `gate_proj` occur in several vision towers too (Qwen2.5-VL's vision MLP
+    has `gate_proj`), so a plain target list would silently adapt the image encoder.
+    """
+    from trl import get_peft_config
+
+    config = get_peft_config(model_args)
+    if config is not None and not lora_on_vision:
+        config.exclude_modules = VISION_SIDE_REGEX
+    return config

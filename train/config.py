@@ -1,0 +1,357 @@
+"""Strict YAML recipes: one flat file mapped onto StepCritic's own keys, `trl.ModelConfig` and a trainer config.
+
+A recipe is a single flat mapping (alignment-handbook style, grouped by comments).  Every key belongs to exactly
+one of three dataclasses:
+
+* `StepCriticArgs` (below): what to train on and how (`method`, `dataset_path`, `tiny_model`, ...);
+* `trl.ModelConfig`: which model, its dtype/attention, LoRA and quantisation;
+* the method's trainer config: `trl.SFTConfig` (sft, prm), `trl.DPOConfig` (dpo), `trl.GRPOConfig` (grpo) or
+  `RewardModelConfig` (reward, below).
+
+Parsing goes through `transformers.HfArgumentParser`: YAML values are turned into command-line tokens, so YAML
+and `--key value` overrides get exactly the same type conversion (this also reads PyYAML's string `1e-4` as a
+float).  Unknown keys, values of the wrong type and lists given to single-valued keys raise `RecipeError` naming
+the key and the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import logging
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser, TrainingArguments
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("sft", "dpo", "prm", "reward", "grpo")
+
+# The dataset kinds `stepcritic data build` writes that each method can consume; the first is the default.
+DATASET_KINDS = {
+    "sft": ("critique-sft", "verifier-sft"),
+    "prm": ("prm-sft",),
+    "dpo": ("critique-pref",),
+    "reward": ("outcome-rm",),
+    # GRPO samples its own completions: it needs prompts plus the gold step labels the reward compares against.
+    "grpo": ("critique-sft", "verifier-sft"),
+}
+
+# Keys that older TRL/transformers versions accepted, with what replaced them: turns a bare "unknown key" into
+# a fix when an old recipe is ported.
+RENAMED_KEYS = {
+    "torch_dtype": "dtype",
+    "max_seq_length": "max_length",
+    "max_prompt_length": "max_length (TRL 1.x SFT/DPO truncate prompt and completion together)",
+    "max_completion_length": "max_length (DPO; GRPO keeps max_completion_length)",
+    "evaluation_strategy": "eval_strategy",
+    "warmup_ratio": "warmup_steps (a value below 1 is a fraction of the training steps)",
+    "no_cuda": "use_cpu",
+    "per_gpu_train_batch_size": "per_device_train_batch_size",
+    "per_gpu_eval_batch_size": "per_device_eval_batch_size",
+}
+
+
+class RecipeError(ValueError):
+    """A recipe (or an override) that cannot be turned into training arguments; the message names the key."""
+
+
+@dataclass
+class StepCriticArgs:
+    """StepCritic's own recipe keys (top-level in the YAML, next to the TRL keys)."""
+
+    method: str = field(metadata={"help": "Training method.", "choices": METHODS})
+    dataset_path: str = field(metadata={"help": "Folder written by `stepcritic data build` (one dataset kind)."})
+    dataset_kind: str | None = field(
+        default=None,
+        metadata={"help": f"Dataset kind inside dataset_path; default by method: {DATASET_KINDS}."},
+    )
+    eval_split: str | None = field(
+        default="validation", metadata={"help": "Split evaluated during training; null to train without one."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use at most this many training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use at most this many evaluation rows."})
+    max_image_size: int | None = field(
+        default=None,
+        metadata={"help": "Downscale images so their longest edge is at most this many pixels (null: keep)."},
+    )
+    freeze_vision_tower: bool = field(
+        default=True,
+        metadata={"help": "Keep the vision encoder's weights fixed (full fine-tuning trains the rest)."},
+    )
+    lora_on_vision: bool = field(
+        default=False, metadata={"help": "Let LoRA target the vision tower's layers too (default: language model only)."}
+    )
+    tiny_model: bool = field(
+        default=False,
+        metadata={"help": "Train the offline tiny critic (stepcritic.train.tiny) instead of model_name_or_path."},
+    )
+    tiny_model_arch: str = field(
+        default="llava", metadata={"help": "Architecture of the tiny critic.", "choices": ("llava", "idefics3")}
+    )
+    merge_adapter: bool = field(
+        default=False, metadata={"help": "After LoRA training, also save the adapter merged into the base weights."}
+    )
+    model_card: bool = field(default=True, metadata={"help": "Write a model card (README.md) into output_dir."})
+
+    def __post_init__(self):
+        allowed = DATASET_KINDS[self.method]
+        if self.dataset_kind is None:
+            self.dataset_kind = allowed[0]
+        elif self.dataset_kind not in allowed:
+            raise ValueError(
+                f"dataset_kind {self.dataset_kind!r} cannot train method {self.method!r}; use one of {allowed}"
+            )
+
+
+@dataclass
+class RewardModelConfig(TrainingArguments):
+    """Trainer config for `method: reward`: a scalar value head on a VLM, trained with a Bradley-Terry loss.
+
+    TRL's RewardConfig targets `AutoModelForSequenceClassification`, which VLMs do not provide, so StepCritic
+    trains its own head; the shared keys keep TRL's names and defaults.
+    """
+
+    learning_rate: float = field(default=1e-4, metadata={"help": "Initial AdamW learning rate."})
+    logging_steps: float = field(default=10, metadata={"help": "Log every X update steps."})
+    activation_checkpointing: bool | None = field(
+        default=True, metadata={"help": "Recompute activations in the backward pass to save memory."}
+    )
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision; unset means on unless fp16."})
+    # The collator needs the chosen/rejected/image columns that the model's forward signature does not name.
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Drop dataset columns the model ignores."})
+    max_length: int | None = field(
+        default=1024, metadata={"help": "Pairs whose chosen or rejected side is longer than this are dropped."}
+    )
+    center_rewards_coefficient: float | None = field(
+        default=None,
+        metadata={"help": "Weight of the auxiliary loss pulling mean rewards to zero (Eisenstein et al., 2023)."},
+    )
+    value_head_dropout: float = field(default=0.0, metadata={"help": "Dropout before the scalar value head."})
+    disable_dropout: bool = field(default=True, metadata={"help": "Disable dropout inside the backbone."})
+
+    def __post_init__(self):
+        self.bf16 = not self.fp16 if self.bf16 is None else self.bf16
+        super().__post_init__()
+
+
+def trainer_config_class(method: str) -> type:
+    import trl
+
+    classes = {
+        "sft": trl.SFTConfig,
+        "prm": trl.SFTConfig,
+        "dpo": trl.DPOConfig,
+        "grpo": trl.GRPOConfig,
+        "reward": RewardModelConfig,
+    }
+    if method not in classes:
+        raise RecipeError(f"`method` must be one of {METHODS}, got {method!r}")
+    return classes[method]
+
+
+@dataclass
+class Recipe:
+    script_args: StepCriticArgs
+    model_args: typing.Any  # trl.ModelConfig (trl is imported lazily)
+    training_args: TrainingArguments
+    source: str | None = None
+    adjustments: list[str] = field(default_factory=list)  # defaults the parser filled in, e.g. for a CPU host
+
+    @property
+    def method(self) -> str:
+        return self.script_args.method
+
+    def model_path(self) -> str:
+        """The checkpoint to train: `model_name_or_path`, or the cached offline tiny critic when `tiny_model`."""
+        if self.script_args.tiny_model:
+            from stepcritic.train.tiny import tiny_critic_path
+
+            return tiny_critic_path(arch=self.script_args.tiny_model_arch)
+        return self.model_args.model_name_or_path
+
+
+class _RecipeParser(HfArgumentParser):
+    """HfArgumentParser that raises RecipeError instead of exiting, and never accepts abbreviated keys."""
+
+    def __init__(self, dataclass_types, where: str):
+        self.where = where
+        super().__init__(dataclass_types, allow_abbrev=False)
+
+    def error(self, message):
+        raise RecipeError(f"{self.where}: {message}")
+
+    def actions_by_key(self) -> dict[str, argparse.Action]:
+        """The action owning each dataclass field (the first one, not its `--no_<key>` complement)."""
+        actions = {}
+        for action in self._actions:
+            if action.dest != "help":
+                actions.setdefault(action.dest, action)
+        return actions
+
+
+def _unknown_key_message(key: str, known, where: str) -> str:
+    message = f"{where}: unknown key `{key}`"
+    if key in RENAMED_KEYS:
+        return f"{message}; it was renamed to `{RENAMED_KEYS[key]}`"
+    close = difflib.get_close_matches(key, known, n=3)
+    return message + (f"; did you mean {', '.join(f'`{c}`' for c in close)}?" if close else "")
+
+
+def _declared_types(dataclass_types, key: str) -> set:
+    """The types a field's annotation allows (`int | None` -> {int, NoneType}; `list[str]` -> {list})."""
+    for dataclass_type in dataclass_types:
+        hints = typing.get_type_hints(dataclass_type)
+        if key in hints:
+            hint = hints[key]
+            members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+            return {typing.get_origin(member) or member for member in members}
+    return set()
+
+
+def _as_token(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _to_argv(values: dict, parser: _RecipeParser, dataclass_types, where: str) -> list[str]:
+    """Turn recipe values into `--key value` tokens; nulls and empty lists become parser defaults instead."""
+    actions = parser.actions_by_key()
+    argv: list[str] = []
+    for key, value in values.items():
+        action = actions[key]
+        takes_list = action.nargs in ("+", "*")
+        declared = _declared_types(dataclass_types, key)
+        if value is None:
+            if type(None) not in declared:
+                raise RecipeError(f"{where}: `{key}` may not be null")
+            parser.set_defaults(**{key: None})
+        elif isinstance(value, list):
+            if list not in declared:
+                raise RecipeError(f"{where}: `{key}` takes a single value, got a list {value!r}")
+            if any(isinstance(item, (dict, list)) for item in value):
+                raise RecipeError(f"{where}: `{key}` must be a list of plain values, got {value!r}")
+            if takes_list and value:
+                argv += [f"--{key}", *map(_as_token, value)]
+            else:  # `x: str | list[str]` fields (report_to) get a single-valued option, so pass the list as is
+                parser.set_defaults(**{key: value})
+        elif isinstance(value, dict):
+            # Dict-valued TrainingArguments keys are declared `dict | str` and decode JSON strings themselves.
+            if action.type is not str:
+                raise RecipeError(f"{where}: `{key}` does not take a mapping, got {value!r}")
+            argv.append(f"--{key}={json.dumps(value)}")
+        else:
+            argv.append(f"--{key}={_as_token(value)}")
+    return argv
+
+
+def _override_keys(argv: list[str]) -> list[str]:
+    return [token[2:].split("=", 1)[0] for token in argv if token.startswith("--")]
+
+
+def _overridden_method(argv: list[str]) -> str | None:
+    method = None
+    for i, token in enumerate(argv):
+        if token.startswith("--method="):
+            method = token.split("=", 1)[1]
+        elif token == "--method" and i + 1 < len(argv):
+            method = argv[i + 1]
+    return method
+
+
+def _cpu_defaults(given: set[str]) -> tuple[list[str], list[str]]:
+    """On a host without CUDA, pick CPU training unless the recipe decided: TRL's default bf16 fails there."""
+    import torch
+
+    if torch.cuda.is_available():
+        return [], []
+    argv, notes = [], []
+    if "use_cpu" not in given:
+        argv.append("--use_cpu=true")
+        notes.append("no CUDA device: use_cpu=true")
+    if "bf16" not in given:
+        argv.append("--bf16=false")
+        notes.append("no CUDA device: bf16=false")
+    return argv, notes
+
+
+def _load_yaml(path: Path) -> dict:
+    import yaml
+
+    try:
+        values = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise RecipeError(f"{path}: not valid YAML: {err}") from err
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise RecipeError(f"{path}: a recipe must be a flat YAML mapping of keys to values")
+    return values
+
+
+def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) -> Recipe:
+    """Parse a recipe file; `overrides` (`["--key", "value", "--key=value"]` or a mapping) win over the YAML."""
+    from trl import ModelConfig
+
+    path = Path(path)
+    values = _load_yaml(path)
+    override_argv: list[str] = []
+    if isinstance(overrides, dict):
+        override_values = dict(overrides)
+    else:
+        override_values, override_argv = {}, list(overrides or [])
+    where = f"{path} (with overrides)" if overrides else str(path)
+
+    method = override_values.get("method") or _overridden_method(override_argv) or values.get("method")
+    if method not in METHODS:
+        raise RecipeError(f"{where}: `method` must be one of {', '.join(METHODS)}, got {method!r}")
+    dataclass_types = [StepCriticArgs, ModelConfig, trainer_config_class(method)]
+    parser = _RecipeParser(dataclass_types, where)
+
+    known_keys = parser.actions_by_key()
+    for key in [*values, *override_values]:
+        if key not in known_keys:
+            source = path if key in values else "override"
+            raise RecipeError(_unknown_key_message(key, known_keys, str(source)))
+    for key in _override_keys(override_argv):
+        if f"--{key}" not in parser._option_string_actions:
+            raise RecipeError(_unknown_key_message(key, known_keys, "override"))
+
+    given = {*values, *override_values, *(key.replace("-", "_") for key in _override_keys(override_argv))}
+    cpu_argv, adjustments = _cpu_defaults(given)
+    argv = (
+        cpu_argv
+        # YAML keys that a mapping override replaces are dropped: a null override must not lose to the YAML.
+        + _to_argv({k: v for k, v in values.items() if k not in override_values}, parser, dataclass_types, str(path))
+        + _to_argv(override_values, parser, dataclass_types, "override")
+        + override_argv
+    )
+    try:
+        script_args, model_args, training_args = parser.parse_args_into_dataclasses(
+            args=argv, look_for_args_file=False
+        )
+    except RecipeError:
+        raise
+    except ValueError as err:  # a dataclass's own validation (__post_init__)
+        raise RecipeError(f"{where}: {err}") from err
+
+    if not script_args.tiny_model and not model_args.model_name_or_path:
+        raise RecipeError(f"{where}: `model_name_or_path` is required unless `tiny_model: true`")
+    for note in adjustments:
+        logger.info("%s: %s", path, note)
+    return Recipe(script_args, model_args, training_args, source=str(path), adjustments=adjustments)
+
+
+def parse_recipe_argv(argv: list[str]) -> Recipe:
+    """Parse `["--config", recipe.yaml, "--key", "value", ...]`, the command line of `stepcritic train`."""
+    argv = list(argv)
+    for i, token in enumerate(argv):
+        if token == "--config" and i + 1 < len(argv):
+            return parse_recipe(argv[i + 1], argv[:i] + argv[i + 2 :])
+        if token.startswith("--config="):
+            return parse_recipe(token.split("=", 1)[1], argv[:i] + argv[i + 1 :])
+    raise RecipeError("missing `--config RECIPE.yaml`")
+
