@@ -1,0 +1,249 @@
+"""What every training method shares: model loading, LoRA, vision freezing, data, resume, saving, model card.
+
+The method modules (`sft`, `dpo`, `prm`, `reward`, `grpo`) only build their trainer; `run.train` calls the
+helpers here around it, so every method logs, resumes and saves the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+
+from stepcritic.train import archs
+
+logger = logging.getLogger("stepcritic.train")
+
+
+# ----------------------------------------------------------------------------- model
+
+def torch_dtype(name):
+    """`ModelConfig.dtype` ("auto", "bfloat16", ...) as what `from_pretrained` takes (None: its default)."""
+    import torch
+
+    if name in (None, "auto") or isinstance(name, torch.dtype):
+        return name
+    return getattr(torch, name)
+
+
+def load_model(recipe, path: str | None = None, trainable: bool = True):
+    """(model, processor) for the recipe: the tiny critic, a checkpoint, or base + LoRA adapter folder.
+
+    An adapter folder (e.g. an SFT output used as the start of DPO) comes back as a `PeftModel` whose adapter
+    keeps training when `trainable`; 4/8-bit loading follows `ModelConfig.load_in_4bit/8bit`.
+    """
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from trl import get_quantization_config
+
+    path = path or recipe.model_path()
+    model_args = recipe.model_args
+    init_kwargs = {"dtype": torch_dtype(model_args.dtype), "revision": model_args.model_revision,
+                   "attn_implementation": model_args.attn_implementation}
+    quantization = get_quantization_config(model_args)
+    if quantization is not None:
+        from accelerate import PartialState
+
+        # Quantised weights are placed at load time, each process on its own GPU.
+        init_kwargs.update(quantization_config=quantization, device_map={"": PartialState().local_process_index})
+
+    adapter_config = os.path.join(path, "adapter_config.json")
+    base_path = path
+    if os.path.isfile(adapter_config):
+        with open(adapter_config) as f:
+            base_path = json.load(f)["base_model_name_or_path"]
+    model = AutoModelForImageTextToText.from_pretrained(base_path, **init_kwargs)
+    if base_path != path:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, path, is_trainable=trainable)
+    processor_source = path if _has_processor(path) else base_path
+    processor = AutoProcessor.from_pretrained(processor_source, revision=model_args.model_revision)
+    return model, processor
+
+
+def _has_processor(path: str) -> bool:
+    return any(os.path.isfile(os.path.join(path, name))
+               for name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"))
+
+
+def is_peft(model) -> bool:
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def vision_parameters(model):
+    """(name, parameter) pairs of the image encoder of a VLM (not its projector)."""
+    return ((name, param) for name, param in model.named_parameters() if archs.is_vision_tower(name))
+
+
+def lora_config(recipe, task_type: str | None = "CAUSAL_LM"):
+    """LoRA settings from `ModelConfig`, kept off the vision side unless `lora_on_vision`; None without PEFT."""
+    config = archs.lora_config(recipe.model_args, recipe.script_args.lora_on_vision)
+    if config is None:
+        return None
+    config.task_type = task_type
+    if config.target_modules is None and not getattr(config, "target_parameters", None):
+        config.target_modules = "all-linear"  # every projection of the language model, not just attention
+    return config
+
+
+def prepare_model(recipe, model, task_type: str | None = "CAUSAL_LM"):
+    """Apply LoRA (unless the model already carries a trainable adapter) and the vision-tower freeze."""
+    from peft import get_peft_model, prepare_model_for_kbit_training
+
+    config = lora_config(recipe, task_type)
+    if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
+        if config is None and not is_peft(model):
+            raise ValueError("a 4/8-bit base model can only be trained through LoRA: set use_peft: true")
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=recipe.training_args.gradient_checkpointing)
+    if config is not None and not is_peft(model):
+        model = get_peft_model(model, config)
+    if recipe.script_args.freeze_vision_tower and not (is_peft(model) and recipe.script_args.lora_on_vision):
+        archs.freeze_vision_tower(model)
+    log_trainable(model)
+    return model
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(trainable, total) parameter counts."""
+    total = trainable = 0
+    for param in model.parameters():
+        total += param.numel()
+        trainable += param.numel() if param.requires_grad else 0
+    return trainable, total
+
+
+def log_trainable(model, what: str | None = None) -> None:
+    trainable, total = count_parameters(model)
+    vision_trainable = sum(p.numel() for _, p in vision_parameters(model) if p.requires_grad)
+    what = what or ("LoRA adapter" if is_peft(model) else "full model")
+    logger.info("training the %s: %s of %s parameters trainable (%.2f%%), %s of them in the vision tower",
+                what, f"{trainable:,}", f"{total:,}", 100 * trainable / max(total, 1), f"{vision_trainable:,}")
+    if trainable == 0:
+        raise ValueError("no trainable parameters: check use_peft / lora_target_modules / freeze_vision_tower")
+
+
+# ----------------------------------------------------------------------------- data
+
+def load_splits(recipe):
+    """(train, eval or None) from `dataset_path`, cut to `max_train_samples` / `max_eval_samples`."""
+    from datasets import load_from_disk
+
+    args = recipe.script_args
+    data = load_from_disk(args.dataset_path)
+    if "train" not in data:
+        raise ValueError(f"{args.dataset_path}: no 'train' split (found {list(data)})")
+    train = _head(data["train"], args.max_train_samples)
+    evaluation = None
+    if args.eval_split and args.eval_split in data:
+        evaluation = _head(data[args.eval_split], args.max_eval_samples)
+    elif recipe.training_args.eval_strategy != "no":
+        raise ValueError(f"eval_strategy is {recipe.training_args.eval_strategy!r} but {args.dataset_path} has no "
+                         f"split {args.eval_split!r} (found {list(data)}); set eval_split")
+    if args.max_image_size:
+        train = downscale_images(train, args.max_image_size)
+        evaluation = evaluation and downscale_images(evaluation, args.max_image_size)
+    logger.info("data %s (%s): %d training rows%s", args.dataset_path, args.dataset_kind, len(train),
+                f", {len(evaluation)} {args.eval_split} rows" if evaluation is not None else "")
+    return train, evaluation
+
+
+def _head(dataset, limit):
+    return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
+
+
+def downscale_images(dataset, max_size: int):
+    """Shrink every image so its longest edge is at most `max_size` (keeps the aspect ratio)."""
+
+    def shrink(row):
+        for image in row["images"]:
+            image.thumbnail((max_size, max_size))
+        return row
+
+    return dataset.map(shrink, desc=f"images <= {max_size}px")
+
+
+def dataset_summary(dataset_path: str) -> dict:
+    """The build stats `stepcritic data build` left next to the data (empty when absent)."""
+    stats = os.path.join(dataset_path, "build_stats.json")
+    if not os.path.isfile(stats):
+        return {}
+    with open(stats) as f:
+        return json.load(f)
+
+
+# ----------------------------------------------------------------------------- runs
+
+def resume_checkpoint(training_args) -> str | None:
+    """The checkpoint to resume from: `resume_from_checkpoint` if given, else the latest in output_dir."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if training_args.resume_from_checkpoint:
+        return training_args.resume_from_checkpoint
+    if os.path.isdir(training_args.output_dir):
+        return get_last_checkpoint(training_args.output_dir)
+    return None
+
+
+def checkpoint_step(checkpoint: str) -> int | None:
+    """The global step a checkpoint was saved at (from its trainer_state.json)."""
+    state = os.path.join(checkpoint, "trainer_state.json")
+    if not os.path.isfile(state):
+        return None
+    with open(state) as f:
+        return json.load(f).get("global_step")
+
+
+def effective_recipe(recipe) -> dict:
+    """Every recipe value that differs from its dataclass default, grouped as in the YAML."""
+    out = {}
+    for group in (recipe.script_args, recipe.model_args, recipe.training_args):
+        for f in dataclasses.fields(group):
+            if not f.init:
+                continue
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            value = getattr(group, f.name)
+            if value != default and not f.name.startswith("_"):
+                out[f.name] = value.value if hasattr(value, "value") else value
+    return out
+
+
+def write_model_card(recipe, output_dir: str, metrics: dict, trainable: int, total: int) -> str:
+    import yaml
+
+    args = recipe.script_args
+    base = "StepCritic tiny critic (random init, offline)" if args.tiny_model else recipe.model_args.model_name_or_path
+    data = dataset_summary(args.dataset_path)
+    data_lines = [f"- path: `{args.dataset_path}` (kind `{args.dataset_kind}`)"]
+    for key in ("rows", "chains", "sources", "label_balance", "template"):
+        if key in data:
+            data_lines.append(f"- {key}: `{json.dumps(data[key], sort_keys=True)}`")
+    recipe_yaml = yaml.safe_dump(json.loads(json.dumps(effective_recipe(recipe), default=str)), sort_keys=True)
+    card = "\n".join([
+        f"# StepCritic critic: `{args.method}`", "",
+        f"- base model: `{base}`",
+        f"- method: `{args.method}`; trainable parameters: {trainable:,} of {total:,}",
+        f"- recipe file: `{recipe.source}`", "",
+        "## Data", "", *data_lines, "",
+        "## Recipe (values that differ from the defaults)", "", "```yaml", recipe_yaml.rstrip(), "```", "",
+        "## Final metrics", "", "```json", json.dumps(metrics, indent=2, sort_keys=True, default=str), "```", "",
+    ])
+    path = os.path.join(output_dir, "README.md")
+    with open(path, "w") as f:
+        f.write(card)
+    return path
+
+
+def save_merged(model, processor, output_dir: str) -> str | None:
+    """Fold a LoRA adapter into the base weights and save a standalone model to `output_dir/merged`."""
+    if not is_peft(model):
+        logger.warning("merge_adapter: the model has no adapter (full fine-tuning); nothing to merge")
+        return None
+    merged_dir = os.path.join(output_dir, "merged")
+    model.merge_and_unload().save_pretrained(merged_dir)
+    processor.save_pretrained(merged_dir)
+    logger.info("merged adapter into the base model: %s", merged_dir)
+    return merged_dir
