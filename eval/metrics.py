@@ -357,9 +357,13 @@ def _propagation_table(flag_chains: list[list[bool]], scored_chains: list[list[b
     return table
 
 
-def _odds_ratio(table: list[list[float]]) -> float:
-    # Haldane-Anscombe correction: add 0.5 to every cell when any is zero, so the ratio stays finite.
+def _odds_ratio(table: list[list[float]]) -> float | None:
     (a, b), (c, d) = table
+    # An empty row or column (e.g. a judge that never flags) carries no association at all: undefined,
+    # not a number the Haldane correction would make up.
+    if 0 in (a + b, c + d, a + c, b + d):
+        return None
+    # Haldane-Anscombe correction: add 0.5 to every cell when one is zero, so the ratio stays finite.
     if 0 in (a, b, c, d):
         a, b, c, d = a + 0.5, b + 0.5, c + 0.5, d + 0.5
     return (a * d) / (b * c)
@@ -371,7 +375,7 @@ def error_propagation(gold_chains: list[list[bool | None]], pred_chains: list[li
     - predicted_incorrect_rate vs gold_incorrect_rate: shares of steps (gold known) called incorrect.
     - odds_ratio_pred / odds_ratio_gold: odds that a step is flagged when an earlier step of the same
       chain is flagged, over the odds when none is (first steps excluded; Haldane 0.5 correction when a
-      cell is zero). Each uses its own labels for the earlier steps; a None counts as not flagged.
+      cell is zero; None when a whole row or column is empty). Each uses its own labels for the earlier steps; a None counts as not flagged.
     - propagation_bias = odds_ratio_pred / odds_ratio_gold: > 1 means the critic assumes errors
       propagate more than they do (VISCO Fig. 12); 1 is ideal.
     Only steps with a gold label are counted as outcomes, in both tables.
@@ -389,7 +393,7 @@ def error_propagation(gold_chains: list[list[bool | None]], pred_chains: list[li
     return {"gold_incorrect_rate": sum(g for g, _ in scored_pairs) / n if n else None,
             "predicted_incorrect_rate": sum(p for _, p in scored_pairs) / n if n else None,
             "odds_ratio_gold": odds_gold, "odds_ratio_pred": odds_pred,
-            "propagation_bias": odds_pred / odds_gold,
+            "propagation_bias": None if odds_pred is None or odds_gold is None else odds_pred / odds_gold,
             "table_gold": gold_table, "table_pred": pred_table, "n_steps": n, "n_chains": len(gold_chains)}
 
 

@@ -293,6 +293,14 @@ def test_error_propagation_without_zero_cells_and_unknown_gold():
     assert result["propagation_bias"] == pytest.approx(1.0)
 
 
+def test_error_propagation_is_undefined_for_a_judge_that_never_flags():
+    gold = [[True, False, True], [False, True, True]]
+    result = error_propagation(gold, [[True] * 3, [True] * 3])
+    assert result["table_pred"] == [[0, 0], [0, 4]]
+    assert result["odds_ratio_pred"] is None and result["propagation_bias"] is None
+    assert result["predicted_incorrect_rate"] == 0.0
+
+
 # ----------------------------------------------------------------------------- registry and packaging
 
 def test_registry_lists_every_metric_with_its_direction():
