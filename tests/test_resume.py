@@ -1,5 +1,6 @@
 """A killed training run resumes from its latest checkpoint when the same command is run again."""
 
+import json
 import os
 import re
 import signal
@@ -7,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 from helpers import chains
 
 from stepcritic.data_prep.build import build_dataset
@@ -32,7 +32,7 @@ def wait_for_checkpoint(process, out, timeout=120):
     return False
 
 
-@pytest.mark.slow  # two training processes (~40 s on 2 cores)
+# two training processes, ~40 s on 2 cores: kept in the default suite because resuming is a promise
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     data, out = str(tmp_path / "data"), str(tmp_path / "run")
     build_dataset(chains(8), "prm-sft", data, test_fraction=0.25, seed=0)
@@ -52,8 +52,6 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     resumed = re.search(r"resuming from checkpoint \S*checkpoint-(\d+) \(global step (\d+)\)", second.stderr)
     assert resumed and int(resumed.group(1)) == int(resumed.group(2)) >= 2
     assert f"after {MAX_STEPS} steps" in second.stderr
-    import json
-
     with open(os.path.join(out, "trainer_state.json")) as f:
         state = json.load(f)
     assert state["global_step"] == MAX_STEPS

@@ -9,12 +9,13 @@ from PIL import Image
 
 from stepcritic.train.tiny import (
     TURN_END,
+    DEFAULT_PATCH_SIZE,
     build_tiny_critic,
     load_critic,
     tiny_critic_path,
 )
 
-IMAGE_SIZE, PATCH_SIZE = 96, 16
+IMAGE_SIZE = 96
 CRITIQUE = json.dumps(
     {"steps": [{"step": 1, "correct": True}, {"step": 12, "correct": False, "explanation": "Not 3 {red} stars."}],
      "answer_correct": False}
@@ -84,7 +85,7 @@ def test_llava_image_costs_one_token_per_patch(tiny):
     if arch != "llava":
         pytest.skip("Idefics3 wraps and pools its image tokens")
     ids = encode(processor, conversation())["input_ids"][0]
-    assert (ids == processor.tokenizer.convert_tokens_to_ids("<image>")).sum() == (IMAGE_SIZE // PATCH_SIZE) ** 2
+    assert (ids == processor.tokenizer.convert_tokens_to_ids("<image>")).sum() == (IMAGE_SIZE // DEFAULT_PATCH_SIZE["llava"]) ** 2 == 9
 
 
 def test_assistant_mask_covers_exactly_the_assistant_turns(tiny):

@@ -99,3 +99,21 @@ def test_prm_judge_verdicts_scores_and_fingerprint(trained_prm, tmp_path):
     assert make_judge(f"prm:{copy}").fingerprint() != before
     with pytest.raises(ValueError):
         make_judge(f"prm:{path},aggregate=max")
+
+
+def test_prm_training_never_shows_gold_judgements_in_the_input(trained_prm, tmp_path):
+    """Teacher-forcing earlier `+`/`-` would let the PRM copy them (errors propagate) instead of judging."""
+    from stepcritic.train import common, sft
+
+    _, recipe, _ = trained_prm
+    model, processor = common.load_model(recipe)
+    train_data, eval_data = common.load_splits(recipe)
+    trainer = sft.build_trainer(recipe, model, processor, train_data, eval_data)
+    batch = trainer.data_collator([dict(train_data[i]) for i in range(4)])
+    tokenizer = processor.tokenizer
+    plus, minus = (tokenizer.convert_tokens_to_ids(t) for t in (prompts.PRM_POSITIVE, prompts.PRM_NEGATIVE))
+    judged = (batch["labels"] == plus) | (batch["labels"] == minus)
+    assert (batch["labels"] == minus).any()  # the gold `-` is still the target...
+    assert (batch["input_ids"][judged] == plus).all()  # ...but every judgement slot's input is the placeholder
+    # exactly the context PRMScorer builds for the same chains
+    assert int(judged.sum()) == sum(len(row["messages"]) // 2 for row in (train_data[i] for i in range(4)))

@@ -52,6 +52,27 @@ def judgement_positions(assistant_mask):
     return [torch.nonzero(row).flatten() for row in starts]
 
 
+class HiddenJudgementCollator:
+    """Wraps the SFT collator so a PRM never reads gold judgements, only predicts them.
+
+    Plain multi-turn SFT teacher-forces the gold `+`/`-` of earlier steps into the context of later ones,
+    and since an error usually propagates to the steps built on it, "copy the previous judgement" lowers
+    the loss without looking at the image; at scoring time those slots hold a placeholder, so that
+    shortcut is worth nothing. Here every judgement token in the input becomes the scorer's placeholder
+    while the labels keep the gold token: training sees exactly the context `PRMScorer` builds.
+    """
+
+    def __init__(self, collator, positive_id: int, negative_id: int):
+        self.collator, self.positive_id, self.negative_id = collator, positive_id, negative_id
+
+    def __call__(self, examples):
+        batch = self.collator(examples)
+        labels = batch["labels"]
+        judged = (labels == self.positive_id) | (labels == self.negative_id)
+        batch["input_ids"] = batch["input_ids"].masked_fill(judged, self.positive_id)
+        return batch
+
+
 class PRMScorer:
     """P(step correct) for every step of every chain, one forward pass per batch of chains."""
 

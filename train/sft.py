@@ -3,7 +3,8 @@
 Both are TRL's `SFTTrainer` on conversational vision rows (`messages` + `images`) with `assistant_only_loss`,
 so the loss covers only what the critic writes: the JSON critique (sft) or the `+`/`-` after each step (prm,
 a generative process reward model scored by `stepcritic.train.prm.PRMScorer`). The prompt, the chain and the
-image tokens are context, never targets.
+image tokens are context, never targets; a PRM's earlier judgements are not even context (see
+`prm.HiddenJudgementCollator`).
 """
 
 from __future__ import annotations
@@ -40,5 +41,13 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     model = common.prepare_model(recipe, model)
     trainer = SFTTrainer(model=model, args=recipe.training_args, train_dataset=train_data,
                          eval_dataset=eval_data, processing_class=processor)
+    if recipe.script_args.method == "prm":
+        from stepcritic.data_prep import prompts
+        from stepcritic.train.prm import HiddenJudgementCollator, single_token_id
+
+        tokenizer = getattr(processor, "tokenizer", processor)
+        trainer.data_collator = HiddenJudgementCollator(
+            trainer.data_collator, single_token_id(tokenizer, prompts.PRM_POSITIVE),
+            single_token_id(tokenizer, prompts.PRM_NEGATIVE))
     check_targets_fit(trainer, train_data)
     return trainer

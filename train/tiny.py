@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 # Bump when the builder changes what it writes, so cached copies are rebuilt instead of silently reused.
-TINY_BUILD_VERSION = 1
+TINY_BUILD_VERSION = 2
+DEFAULT_PATCH_SIZE = {"llava": 32, "idefics3": 16}
 
 ARCHS = ("llava", "idefics3")
 
@@ -210,12 +211,14 @@ def build_tiny_critic(
     arch: str = "llava",
     seed: int = 0,
     image_size: int = 96,
-    patch_size: int = 16,
+    patch_size: int | None = None,
     vocab_size: int = 1024,
 ) -> str:
     """Build a randomly initialised tiny VLM critic and save model + processor to `out_dir`; returns the path.
 
-    Deterministic: the same arguments give byte-identical weights and tokenizer.
+    Deterministic: the same arguments give byte-identical weights and tokenizer. The default patch is
+    one synthetic grid cell for LLaVA (96 px / 32: nine image tokens, so sequences stay short) and 16 px for
+    Idefics3, whose 2x2 pixel shuffle needs an even patch grid.
     """
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
@@ -223,6 +226,7 @@ def build_tiny_critic(
     builders = {"llava": _llava, "idefics3": _idefics3}
     if arch not in builders:
         raise ValueError(f"unknown tiny arch {arch!r}; choose one of {ARCHS}")
+    patch_size = patch_size or DEFAULT_PATCH_SIZE[arch]
     if image_size % patch_size:
         raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
     specials = [PAD_TOKEN, TURN_START, TURN_END, IMAGE_TOKEN] + (list(IDEFICS3_TOKENS) if arch == "idefics3" else [])
