@@ -104,3 +104,19 @@ def test_resume_checkpoint_picks_latest_or_the_given_one(tmp_path):
     chosen = parse_recipe(os.path.join(RECIPES, "prm.yaml"),
                           {"output_dir": str(tmp_path), "resume_from_checkpoint": str(tmp_path / "checkpoint-2")})
     assert common.resume_checkpoint(chosen.training_args).endswith("checkpoint-2")
+
+
+def test_rows_without_images_are_refused_under_zero3_not_left_to_hang(monkeypatch):
+    from datasets import Dataset, Image, List, Value, Features
+    from PIL import Image as PILImage
+
+    from stepcritic.train.common import check_images_for_zero3
+
+    features = Features({"images": List(Image()), "text": Value("string")})
+    picture = PILImage.new("RGB", (8, 8))
+    mixed = Dataset.from_dict({"images": [[picture], [], [picture]], "text": ["a", "b", "c"]}, features=features)
+    check_images_for_zero3(mixed, "data [train]")  # DDP / ZeRO-2: text-only rows are fine
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    with pytest.raises(ValueError, match=r"data \[train\]: 1 rows have no image \(first: row 1\).*#7170"):
+        check_images_for_zero3(mixed, "data [train]")
+    check_images_for_zero3(mixed.select([0, 2]), "data [train]")  # every row has its image

@@ -143,12 +143,43 @@ def load_splits(recipe):
     elif recipe.training_args.eval_strategy != "no":
         raise ValueError(f"eval_strategy is {recipe.training_args.eval_strategy!r} but {args.dataset_path} has no "
                          f"split {args.eval_split!r} (found {list(data)}); set eval_split")
+    for name, split in (("train", train), (args.eval_split, evaluation)):
+        if split is not None:
+            check_images_for_zero3(split, f"{args.dataset_path} [{name}]")
     if args.max_image_size:
         train = downscale_images(train, args.max_image_size)
         evaluation = evaluation and downscale_images(evaluation, args.max_image_size)
     logger.info("data %s (%s): %d training rows%s", args.dataset_path, args.dataset_kind, len(train),
                 f", {len(evaluation)} {args.eval_split} rows" if evaluation is not None else "")
     return train, evaluation
+
+
+def zero3_enabled() -> bool:
+    """DeepSpeed ZeRO-3, whether set by `accelerate launch --config_file zero3*.yaml` or by `--deepspeed`."""
+    if os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        return True
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return is_deepspeed_zero3_enabled()
+
+
+def check_images_for_zero3(dataset, where: str) -> None:
+    """Refuse rows without an image under ZeRO-3 instead of hanging.
+
+    ZeRO-3 gathers each layer's shards collectively; a rank whose batch has no image skips the vision tower
+    while the others wait in it, and the job hangs (DeepSpeed #7170). StepCritic's builders always attach
+    the chain's image, so this only fires on users' own mixed datasets.
+    """
+    if "images" not in dataset.column_names or not zero3_enabled():
+        return
+    import pyarrow.compute as pc
+
+    counts = pc.list_value_length(dataset.with_format("arrow")[:]["images"]).fill_null(0)  # no image decoding
+    missing = [i for i, n in enumerate(counts.to_pylist()) if n == 0]
+    if missing:
+        raise ValueError(f"{where}: {len(missing)} rows have no image (first: row {missing[0]}); under DeepSpeed "
+                         "ZeRO-3 a batch without images hangs the job (DeepSpeed #7170). Attach an image to every "
+                         "row, drop those rows, or train with ZeRO-2/DDP.")
 
 
 def _head(dataset, limit):
