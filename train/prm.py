@@ -25,7 +25,9 @@ def chain_image(image):
         image = image.get("bytes") or image.get("path")
     if isinstance(image, (bytes, bytearray)):
         return Image.open(io.BytesIO(image)).convert("RGB")
-    return Image.open(image).convert("RGB")
+    if isinstance(image, str):
+        return Image.open(image).convert("RGB")
+    raise TypeError(f"cannot read an image from a {type(image).__name__}")
 
 
 def single_token_id(tokenizer, text: str) -> int:

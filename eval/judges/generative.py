@@ -76,17 +76,9 @@ def render(name: str, **variables) -> str:
 
 def to_pil(image):
     """The chain's image as an RGB PIL image, whatever form the dataset handed over."""
-    from PIL import Image
+    from stepcritic.train.prm import chain_image
 
-    if hasattr(image, "convert"):
-        return image.convert("RGB")
-    if isinstance(image, dict):
-        image = image.get("bytes") or image.get("path")
-    if isinstance(image, (bytes, bytearray)):
-        return Image.open(io.BytesIO(image)).convert("RGB")
-    if isinstance(image, str):
-        return Image.open(image).convert("RGB")
-    raise TypeError(f"cannot read an image from a {type(image).__name__}")
+    return chain_image(image)
 
 
 def png_bytes(image) -> bytes:
