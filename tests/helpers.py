@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 from PIL import Image, ImageDraw
 
@@ -61,4 +62,17 @@ def chains(n=6):
         color = [(255, 0, 0), (0, 0, 255), (0, 160, 0)][g % 3]
         out.append(chain(f"g{g}-ok", color=color, group_id=f"g{g}"))
         out.append(chain(f"g{g}-bad", color=color, group_id=f"g{g}", answer="blue", answer_correct=False))
+    return out
+
+
+# the offline CPU recipes every training test starts from
+RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "tiny")
+
+
+def built_dataset(tmp_path_factory, kind: str, n_chains: int = 8) -> str:
+    """A training dataset of `kind` built from `chains(n_chains)` with a quarter of the groups held out."""
+    from stepcritic.data_prep.build import build_dataset
+
+    out = str(tmp_path_factory.mktemp("data") / kind)
+    build_dataset(chains(n_chains), kind, out, test_fraction=0.25, seed=0)
     return out

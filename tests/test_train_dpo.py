@@ -3,13 +3,12 @@
 import os
 
 import pytest
-from helpers import chains
+from helpers import chains, RECIPES
 
 from stepcritic.data_prep.build import build_dataset
 from stepcritic.train import common, dpo
 from stepcritic.train.config import parse_recipe
 
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "tiny")
 STEPS = dict(max_steps=2, per_device_train_batch_size=2, logging_steps=1, report_to="none")
 
 

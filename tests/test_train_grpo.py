@@ -4,15 +4,11 @@ import json
 import os
 
 import pytest
-from helpers import chains
+from helpers import chains, RECIPES, built_dataset
 
 from stepcritic.data_prep import critique
-from stepcritic.data_prep.build import build_dataset
 from stepcritic.train import grpo
 from stepcritic.train.config import parse_recipe
-
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "tiny")
-
 
 def as_completion(text):
     return [{"role": "assistant", "content": text}]
@@ -38,9 +34,7 @@ def test_verifier_reward():
 
 @pytest.fixture(scope="module")
 def critique_data(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("data") / "critique-sft")
-    build_dataset(chains(8), "critique-sft", out, test_fraction=0.25, seed=0)
-    return out
+    return built_dataset(tmp_path_factory, "critique-sft")
 
 
 def test_prompt_rows_carry_the_gold_labels(critique_data):

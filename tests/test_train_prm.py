@@ -4,15 +4,12 @@ import os
 
 import pytest
 import torch
-from helpers import chain, chains, step
+from helpers import chain, chains, step, RECIPES
 
 from stepcritic.data_prep import prompts
 from stepcritic.data_prep.build import build_dataset
 from stepcritic.train.config import parse_recipe
 from stepcritic.train.prm import PRMScorer, chain_image
-
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "tiny")
-
 
 @pytest.fixture(scope="module")
 def trained_prm(tmp_path_factory):

@@ -4,21 +4,15 @@ import os
 
 import pytest
 import torch
-from helpers import chains
+from helpers import chains, RECIPES, built_dataset
 
-from stepcritic.data_prep.build import build_dataset
 from stepcritic.train import common
 from stepcritic.train.config import parse_recipe
 from stepcritic.train.reward import PairCollator, RewardScorer, VLMRewardModel
 
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "tiny")
-
-
 @pytest.fixture(scope="module")
 def outcome_data(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("data") / "outcome-rm")
-    build_dataset(chains(8), "outcome-rm", out, test_fraction=0.25, seed=0)
-    return out
+    return built_dataset(tmp_path_factory, "outcome-rm")
 
 
 def reward_recipe(data, out, **overrides):

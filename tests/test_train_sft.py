@@ -3,21 +3,15 @@
 import os
 
 import pytest
-from helpers import chains
+from helpers import chains, RECIPES, built_dataset
 
 from stepcritic.data_prep import prompts
-from stepcritic.data_prep.build import build_dataset
 from stepcritic.train import common
 from stepcritic.train.config import parse_recipe
 
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "tiny")
-
-
 @pytest.fixture(scope="module")
 def critique_data(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("data") / "critique-sft")
-    build_dataset(chains(8), "critique-sft", out, test_fraction=0.25, seed=0)
-    return out
+    return built_dataset(tmp_path_factory, "critique-sft")
 
 
 def tiny_recipe(name, data, out, **overrides):
