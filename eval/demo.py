@@ -60,6 +60,12 @@ def _train(recipe_name: str, overrides: dict) -> str:
     return recipe.training_args.output_dir
 
 
+def _base_model(recipe_name: str) -> str:
+    from stepcritic.train.config import parse_recipe
+
+    return parse_recipe(_recipe_path(recipe_name)).model_path()
+
+
 def _f1(metrics: dict, judge: str) -> float | None:
     return metrics["judges"][judge]["overall"]["critique"]["step"]["f1"]
 
@@ -89,7 +95,6 @@ def main(args: argparse.Namespace) -> int:
     from stepcritic.data_prep.synth import synthesize_to_disk
     from stepcritic.eval.judges.registry import make_judge
     from stepcritic.eval.runner import evaluate
-    from stepcritic.train.tiny import tiny_critic_path
 
     plan = PLANS["quick" if args.quick else "full"]
     out = os.path.abspath(args.out)
@@ -123,7 +128,8 @@ def main(args: argparse.Namespace) -> int:
 
     trained = [f"prm:{prm_dir}", f"hf:{dpo_dir},mode=critique"]
     blank = f"text-only:prm:{prm_dir}"
-    baselines = [f"hf:{tiny_critic_path()},mode=critique", "always-correct", "random,rate=0.5,seed=0", "majority"]
+    untrained = _base_model("prm.yaml")  # the same start point as the trained critics: LM random, tower pre-trained
+    baselines = [f"hf:{untrained},mode=critique", "always-correct", "random,rate=0.5,seed=0", "majority"]
     judges = [make_judge(spec) for spec in trained + [blank] + baselines]
     eval_dir = os.path.join(out, "eval")
     metrics = stages.run("evaluate on held-out chains", evaluate, os.path.join(data, "test-chains"), judges,

@@ -177,3 +177,24 @@ def test_load_critic_reads_a_lora_adapter(tmp_path):
         expected = adapted(**batch).logits
         assert torch.allclose(reloaded(**batch).logits, expected, atol=1e-5)
         assert not torch.allclose(load_critic(base)[0](**batch).logits, expected, atol=1e-3)
+
+
+def test_vision_pretraining_teaches_every_cell_and_leaves_the_language_model_alone(tiny):
+    from stepcritic.train.vision_pretrain import pretrain_vision
+
+    model, processor = load_critic(tiny[1])  # a fresh copy: the fixture's model is shared
+    language = {k: v.clone() for k, v in model.get_decoder().state_dict().items()}
+    tower_before = [p.clone() for p in model.parameters() if p.dim() == 4][0]  # the patch embedding
+    result = pretrain_vision(model, processor, steps=40, seed=0)
+    # chance is 0.2 / 0.2 / 0.33 per cell (or the empty-cell rate): a random tower gets nowhere near 0.9
+    assert min(result["accuracy"].values()) >= 0.9, result
+    assert all(torch.equal(v, model.get_decoder().state_dict()[k]) for k, v in language.items())
+    assert not torch.equal(tower_before, [p for p in model.parameters() if p.dim() == 4][0])
+
+
+def test_vision_pretraining_needs_one_image_token_per_grid_cell(tmp_path):
+    from stepcritic.train.vision_pretrain import pretrain_vision
+
+    model, processor = load_critic(build_tiny_critic(tmp_path / "p16", arch="llava", patch_size=16))
+    with pytest.raises(ValueError, match="one image token per grid cell"):
+        pretrain_vision(model, processor, steps=1)

@@ -246,7 +246,8 @@ def write_model_card(recipe, output_dir: str, metrics: dict, trainable: int, tot
     import yaml
 
     args = recipe.script_args
-    base = "StepCritic tiny critic (random init, offline)" if args.tiny_model else recipe.model_args.model_name_or_path
+    base = (f"StepCritic tiny critic (random init, offline; vision tower pre-trained {args.tiny_vision_pretrain_steps} "
+            "steps on rendered scenes)") if args.tiny_model else recipe.model_args.model_name_or_path
     data = dataset_summary(args.dataset_path)
     data_lines = [f"- path: `{args.dataset_path}` (kind `{args.dataset_kind}`)"]
     for key in ("rows", "chains", "sources", "label_balance", "template"):

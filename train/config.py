@@ -93,6 +93,11 @@ class StepCriticArgs:
     tiny_model_arch: str = field(
         default="llava", metadata={"help": "Architecture of the tiny critic.", "choices": ("llava", "idefics3")}
     )
+    tiny_vision_pretrain_steps: int = field(
+        default=0,
+        metadata={"help": "Supervised pre-training steps for the tiny critic's vision tower on rendered scenes, the "
+                          "offline stand-in for a pretrained encoder (0: random tower). Only with tiny_model."},
+    )
     merge_adapter: bool = field(
         default=False, metadata={"help": "After LoRA training, also save the adapter merged into the base weights."}
     )
@@ -171,7 +176,10 @@ class Recipe:
         if self.script_args.tiny_model:
             from stepcritic.train.tiny import tiny_critic_path
 
-            return tiny_critic_path(arch=self.script_args.tiny_model_arch)
+            args = self.script_args
+            # 0 is left out of the cache key, so a random-tower build keeps the folder it always had
+            steps = args.tiny_vision_pretrain_steps
+            return tiny_critic_path(arch=args.tiny_model_arch, **({"vision_pretrain_steps": steps} if steps else {}))
         return self.model_args.model_name_or_path
 
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 # Bump when the builder changes what it writes, so cached copies are rebuilt instead of silently reused.
-TINY_BUILD_VERSION = 2
+TINY_BUILD_VERSION = 3
 DEFAULT_PATCH_SIZE = {"llava": 32, "idefics3": 16}
 
 ARCHS = ("llava", "idefics3")
@@ -90,6 +90,15 @@ def _corpus() -> list[str]:
                 if not item["correct"]:
                     item["explanation"] = f"The {COLOURS[item['step'] % len(COLOURS)]} shape is not a {SHAPES[pattern]}."
             lines.append(format_critique({"steps": steps, "answer_correct": pattern % 2 == 0}))
+    # The synthetic generator's own wording (cells, sizes, counts), so that the demo's steps are mostly whole-word
+    # tokens: shorter sequences, and one token per word is one less thing a from-scratch model has to learn.
+    from stepcritic.data_prep.render import CELL_NAMES, SIZES
+    from stepcritic.data_prep.synth import synthesize
+
+    lines.extend(f"The {size} shape is at the {cell}." for row in CELL_NAMES for cell in row for size in SIZES)
+    for chain in synthesize(100, seed=4242, image_size=32):
+        lines.append(chain["question"])
+        lines.extend(step["text"] for step in chain["steps"])
     # Repetition gives the frequent words enough counts to become whole tokens.
     return lines * 3
 
@@ -213,12 +222,15 @@ def build_tiny_critic(
     image_size: int = 96,
     patch_size: int | None = None,
     vocab_size: int = 1024,
+    vision_pretrain_steps: int = 0,
 ) -> str:
     """Build a randomly initialised tiny VLM critic and save model + processor to `out_dir`; returns the path.
 
     Deterministic: the same arguments give byte-identical weights and tokenizer. The default patch is
     one synthetic grid cell for LLaVA (96 px / 32: nine image tokens, so sequences stay short) and 16 px for
-    Idefics3, whose 2x2 pixel shuffle needs an even patch grid.
+    Idefics3, whose 2x2 pixel shuffle needs an even patch grid. `vision_pretrain_steps` > 0 gives the
+    vision tower a short supervised pre-training on rendered scenes (see `vision_pretrain.py`); the language
+    model stays random either way.
     """
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
@@ -235,6 +247,10 @@ def build_tiny_critic(
 
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config)
+    if vision_pretrain_steps:
+        from stepcritic.train.vision_pretrain import pretrain_vision
+
+        pretrain_vision(model, processor, vision_pretrain_steps, seed=seed)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, max_new_tokens=256
     )

@@ -1,0 +1,96 @@
+"""A few seconds of supervised pre-training for the tiny critic's vision tower: the offline stand-in for the
+pretrained CLIP/SigLIP encoder every real VLM starts from.
+
+A randomly initialised tower feeds the language model image tokens whose content is a small wiggle on a large
+constant (the position embeddings); a 2.7M-parameter language model trained from scratch never learns to read
+them in a CPU-sized run. Measured on "What colour is the shape?" with one shape in a random cell: 0.25
+accuracy (chance) after 300 SFT steps from a random tower, 1.00 after 300 steps from a pre-trained one.
+
+The task: every image token of a rendered scene (one token per grid cell) is classified into that cell's
+shape, colour and size (or "empty") by linear heads that are thrown away afterwards. Only the vision tower
+and the projector are trained, so the language model stays untrained: it still has to learn everything about
+critiques, and what the image tokens mean, from the critic data.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import random
+
+logger = logging.getLogger("stepcritic.train")
+
+BATCH = 64
+LEARNING_RATE = 2e-3
+
+
+def _scene_batch(rng: random.Random, processor, n: int):
+    """n rendered scenes of 1-6 shapes as pixel values, and per-cell labels (cells, [shape, colour, size])."""
+    import torch
+    from PIL import Image
+
+    from stepcritic.data_prep.render import COLOURS, GRID, SHAPES, SIZES, place, random_pairs, render_png
+
+    colours = list(COLOURS)
+    images, labels = [], torch.zeros(n, GRID * GRID, 3, dtype=torch.long)  # 0 = empty cell
+    for b in range(n):
+        items = place(rng, random_pairs(rng, rng.randint(1, 6)))
+        images.append(Image.open(io.BytesIO(render_png(items))).convert("RGB"))
+        for it in items:
+            labels[b, it.row * GRID + it.col] = torch.tensor(
+                [1 + SHAPES.index(it.shape), 1 + colours.index(it.colour), 1 + SIZES.index(it.size)]
+            )
+    return processor.image_processor(images, return_tensors="pt")["pixel_values"], labels
+
+
+def cell_features(model, pixel_values, n_images: int):
+    """Image tokens as the language model receives them, shaped (images, tokens, hidden)."""
+    import torch
+
+    features = model.model.get_image_features(pixel_values=pixel_values)
+    features = getattr(features, "pooler_output", features)
+    if isinstance(features, (list, tuple)):
+        features = torch.stack(list(features))
+    return features.reshape(n_images, -1, model.config.text_config.hidden_size)
+
+
+def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
+    """Train `model`'s vision tower and projector in place; returns the last step's loss and head accuracies.
+
+    Needs one image token per grid cell (the tiny LLaVA's default: 96 px images, 32 px patches).
+    """
+    import torch
+
+    from stepcritic.data_prep.render import COLOURS, GRID, SHAPES, SIZES
+
+    rng = random.Random(seed)
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    pixel_values, _ = _scene_batch(random.Random(seed), processor, 1)
+    n_tokens = cell_features(model, pixel_values, 1).shape[1]
+    if n_tokens != GRID * GRID:
+        raise ValueError(f"vision pre-training needs one image token per grid cell ({GRID * GRID}); "
+                         f"this model gives {n_tokens} per image (set patch_size = image_size / {GRID})")
+
+    hidden = model.config.text_config.hidden_size
+    heads = torch.nn.ModuleList([torch.nn.Linear(hidden, 1 + len(values)) for values in (SHAPES, COLOURS, SIZES)])
+    language = {id(p) for p in (*model.get_decoder().parameters(), *model.get_output_embeddings().parameters())}
+    trained = [p for p in model.parameters() if id(p) not in language]  # vision tower + projector/connector
+    optimizer = torch.optim.AdamW([*trained, *heads.parameters()], lr=LEARNING_RATE)
+    model.train()
+    for step in range(steps):
+        pixel_values, labels = _scene_batch(rng, processor, BATCH)
+        features = cell_features(model, pixel_values, BATCH)
+        logits = [head(features) for head in heads]
+        loss = sum(torch.nn.functional.cross_entropy(lg.flatten(0, 1), labels[..., k].flatten())
+                   for k, lg in enumerate(logits))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    torch.random.set_rng_state(generator_state)
+    with torch.no_grad():
+        accuracy = {name: float((lg.argmax(-1) == labels[..., k]).float().mean())
+                    for k, (name, lg) in enumerate(zip(("shape", "colour", "size"), logits))}
+    logger.info("vision pre-training: %d steps, loss %.4f, cell accuracy %s", steps, loss.item(), accuracy)
+    return {"loss": float(loss.item()), "accuracy": accuracy}
