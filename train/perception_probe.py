@@ -7,6 +7,7 @@ token (bind shape to colour), which is what judging a synthetic step needs. Each
 that is random and once from one given `--vision-steps` of pre-training (see `vision_pretrain.py`).
 
     python -m stepcritic.train.perception_probe --items 1 3 --steps 300
+    python -m stepcritic.train.perception_probe --items 3 --steps 300 --text   # the same lookup, in words
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--steps", type=int, default=300, help="SFT steps per run (batch 8)")
     parser.add_argument("--vision-steps", type=int, default=200, help="vision pre-training steps of the 2nd run")
     parser.add_argument("--n-test", type=int, default=200)
+    parser.add_argument("--text", action="store_true",
+                        help="control: describe the scene in the prompt's text and show a blank image instead")
     parser.add_argument("--out", default=None, help="working folder (default: a temporary one)")
     return parser
 
 
-def colour_questions(k: int, n: int, seed: int):
-    """A dataset of n single-turn conversations asking the colour of a shape that occurs once in the scene."""
+def colour_questions(k: int, n: int, seed: int, as_text: bool = False):
+    """A dataset of n single-turn conversations asking the colour of a shape that occurs once in the scene;
+    `as_text` puts the scene into the prompt as words ("top left: red circle.") over a blank image."""
     from datasets import Dataset
     from PIL import Image
 
@@ -45,10 +49,14 @@ def colour_questions(k: int, n: int, seed: int):
         if not once:
             continue
         target = rng.choice(once)
-        question = [{"type": "image", "text": None}, {"type": "text", "text": f"What colour is the {target.shape}?"}]
+        asked = f"What colour is the {target.shape}?"
+        if as_text:
+            asked = "Scene: " + " ".join(f"{it.cell}: {it.colour} {it.shape}." for it in items) + " " + asked
+        question = [{"type": "image", "text": None}, {"type": "text", "text": asked}]
         rows.append({"messages": [{"role": "user", "content": question},
                                   {"role": "assistant", "content": [{"type": "text", "text": target.colour}]}],
-                     "images": [Image.open(io.BytesIO(render_png(items))).convert("RGB")]})
+                     "images": [Image.new("RGB", (96, 96), "white") if as_text
+                                else Image.open(io.BytesIO(render_png(items))).convert("RGB")]})
     return Dataset.from_list(rows)
 
 
@@ -84,21 +92,22 @@ def main(args: argparse.Namespace) -> list[dict]:
     results = []
     for k in args.items:
         data = os.path.join(out, f"colour-k{k}")
-        DatasetDict(train=colour_questions(k, args.steps * 8, seed=0)).save_to_disk(data)
-        test = colour_questions(k, args.n_test, seed=1)
-        for vision_steps in (0, args.vision_steps):
+        DatasetDict(train=colour_questions(k, args.steps * 8, seed=0, as_text=args.text)).save_to_disk(data)
+        test = colour_questions(k, args.n_test, seed=1, as_text=args.text)
+        for vision_steps in ((args.vision_steps,) if args.text else (0, args.vision_steps)):
             run_dir = os.path.join(out, f"k{k}-vision{vision_steps}")
             train(parse_recipe(recipe_path, {
                 "dataset_path": data, "output_dir": run_dir, "max_steps": args.steps, "save_strategy": "no",
                 "tiny_vision_pretrain_steps": vision_steps, "freeze_vision_tower": vision_steps > 0,
                 "report_to": "none", "disable_tqdm": True, "logging_steps": max(args.steps // 5, 1)}))
-            results.append({"items": k, "vision_pretrain_steps": vision_steps, "sft_steps": args.steps,
+            results.append({"items": k, "scene_as_text": args.text, "vision_pretrain_steps": vision_steps, "sft_steps": args.steps,
                             "accuracy": accuracy(run_dir, test), "chance": 0.25})
             print(results[-1], flush=True)
-    print("\n| shapes per scene | vision pre-training steps | SFT steps | held-out accuracy (chance 0.25) |")
-    print("|---|---|---|---|")
+    print("\n| shapes per scene | scene given as | vision pre-training steps | SFT steps | held-out accuracy |")
+    print("|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['items']} | {r['vision_pretrain_steps']} | {r['sft_steps']} | {r['accuracy']:.2f} |")
+        given = "text" if r["scene_as_text"] else "image"
+        print(f"| {r['items']} | {given} | {r['vision_pretrain_steps']} | {r['sft_steps']} | {r['accuracy']:.2f} |")
     return results
 
 
