@@ -27,6 +27,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--steps", type=int, default=300, help="SFT steps per run (batch 8)")
     parser.add_argument("--vision-steps", type=int, default=200, help="vision pre-training steps of the 2nd run")
     parser.add_argument("--n-test", type=int, default=200)
+    parser.add_argument("--pretrained-only", action="store_true", help="skip the random-tower run")
     parser.add_argument("--text", action="store_true",
                         help="control: describe the scene in the prompt's text and show a blank image instead")
     parser.add_argument("--out", default=None, help="working folder (default: a temporary one)")
@@ -94,7 +95,7 @@ def main(args: argparse.Namespace) -> list[dict]:
         data = os.path.join(out, f"colour-k{k}")
         DatasetDict(train=colour_questions(k, args.steps * 8, seed=0, as_text=args.text)).save_to_disk(data)
         test = colour_questions(k, args.n_test, seed=1, as_text=args.text)
-        for vision_steps in ((args.vision_steps,) if args.text else (0, args.vision_steps)):
+        for vision_steps in ((args.vision_steps,) if args.text or args.pretrained_only else (0, args.vision_steps)):
             run_dir = os.path.join(out, f"k{k}-vision{vision_steps}")
             train(parse_recipe(recipe_path, {
                 "dataset_path": data, "output_dir": run_dir, "max_steps": args.steps, "save_strategy": "no",
