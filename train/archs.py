@@ -211,6 +211,49 @@ def freeze_vision_tower(model) -> int:
     return frozen
 
 
+def run_frozen_vision_without_grad(model) -> list[str]:
+    """Run the frozen parts of the vision side under `torch.no_grad` when the whole image encoder is frozen;
+    returns the wrapped module names.
+
+    With activation checkpointing or adapters, transformers' `enable_input_require_grads` hooks the input
+    embeddings of every sub-model, the vision tower's patch embedding included, so autograd records the whole
+    frozen tower and the backward pass walks through it for nothing: measured on an H100 with a
+    Qwen2.5-VL-3B-shaped model, LoRA and 896 px images, that backward made a training step several times slower
+    (README, Benchmarks). The wrapped modules are the largest vision-side ones with no trainable parameter
+    (containers are entered, since they are never called; parameter-free ones are left alone); a trainable
+    projector after them still trains.
+    """
+    import torch
+
+    def frozen(module) -> bool:  # parameter-free modules (activations) are left alone: they pass gradients on
+        params = list(module.parameters())
+        return bool(params) and not any(p.requires_grad for p in params)
+
+    def enter(module, args):
+        module._stepcritic_grad_mode = torch.is_grad_enabled()
+        torch.set_grad_enabled(False)
+
+    def leave(module, args, output):
+        torch.set_grad_enabled(module._stepcritic_grad_mode)
+
+    wrapped = []
+    if any(p.requires_grad for name, p in model.named_parameters() if is_vision_tower(name)):
+        return wrapped  # a frozen module after a trainable one must pass gradients back: leave it all alone
+
+    def visit(prefix: str, module) -> None:
+        for name, child in module.named_children():
+            path = f"{prefix}.{name}" if prefix else name
+            if re.fullmatch(VISION_SIDE_REGEX, path) and frozen(child) and not isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+                child.register_forward_pre_hook(enter)
+                child.register_forward_hook(leave, always_call=True)
+                wrapped.append(path)
+            else:
+                visit(path, child)
+
+    visit("", model)
+    return wrapped
+
+
 def lora_config(model_args, lora_on_vision: bool = False):
     """The recipe's LoRA config (TRL's mapping of ModelConfig), kept off the vision side unless asked.
 

@@ -103,6 +103,9 @@ def prepare_model(recipe, model, task_type: str | None = "CAUSAL_LM"):
         model = get_peft_model(model, config)
     if recipe.script_args.freeze_vision_tower and not (is_peft(model) and recipe.script_args.lora_on_vision):
         archs.freeze_vision_tower(model)
+    wrapped = archs.run_frozen_vision_without_grad(model)
+    if wrapped:
+        logger.info("frozen vision modules run without autograd: %s", ", ".join(wrapped))
     log_trainable(model)
     return model
 
@@ -111,8 +114,9 @@ def count_parameters(model) -> tuple[int, int]:
     """(trainable, total) parameter counts."""
     total = trainable = 0
     for param in model.parameters():
-        total += param.numel()
-        trainable += param.numel() if param.requires_grad else 0
+        size = getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 leaves an empty placeholder
+        total += size
+        trainable += size if param.requires_grad else 0
     return trainable, total
 
 

@@ -1,0 +1,86 @@
+"""The training-throughput benchmark's pieces: synthetic image batches, the model-FLOPs count, and the frozen
+vision tower kept out of autograd (the fix the GPU benchmark motivated)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from stepcritic.train import archs, bench
+from stepcritic.train.config import parse_recipe
+
+QWEN_SFT = Path(__file__).resolve().parent.parent / "recipes" / "qwen2.5-vl-3b" / "sft-lora.yaml"
+
+
+def tiny_qwen(*overrides):
+    """A tiny Qwen2.5-VL prepared as the 3B recipe prepares the real one (LoRA, frozen tower, checkpointing)."""
+    recipe = parse_recipe(str(QWEN_SFT), list(overrides))
+    torch.manual_seed(0)
+    model = bench.build_model(recipe, real_size=False).train()
+    model.activation_checkpointing_enable(recipe.training_args.activation_checkpointing_kwargs)
+    return recipe, model
+
+
+def backward(model, image_size=56):
+    batch = bench.synthetic_batch(model, 2, 48, image_size, "cpu")
+    batch.pop("image_patches", None)
+    seen = {}
+    blocks = next(m for n, m in model.named_modules() if n.endswith("visual.blocks"))
+    blocks[-1].register_forward_hook(lambda mod, args, out: seen.update(requires_grad=out.requires_grad))
+    model(**batch).loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    return seen["requires_grad"], missing
+
+
+def test_synthetic_image_batch_matches_the_qwen_layout():
+    _, model = tiny_qwen()
+    batch = bench.synthetic_batch(model, 3, 40, 112, "cpu")
+    side = 112 // 28 * 2  # 14 px patches, merged 2 x 2
+    assert batch["image_grid_thw"].tolist() == [[1, side, side]] * 3
+    assert batch["pixel_values"].shape == (3 * side * side, 3 * 2 * 14 * 14)
+    image = batch["input_ids"] == model.config.image_token_id
+    assert image.sum(1).tolist() == [side * side // 4] * 3
+    assert (batch["labels"][image] == -100).all() and (batch["labels"][~image] >= 0).all()
+    assert (batch["mm_token_type_ids"].bool() == image).all()
+    with pytest.raises(ValueError, match="do not fit"):
+        bench.synthetic_batch(model, 1, 8, 112, "cpu")
+
+
+def test_training_flops_is_six_n_per_token_plus_attention_when_all_trains():
+    recipe, model = tiny_qwen("--use_peft", "false", "--freeze_vision_tower", "false")
+    text = model.config.get_text_config()
+    matrices = sum(p.numel() for p in model.get_decoder().parameters()) - model.get_input_embeddings().weight.numel()
+    matrices += model.get_output_embeddings().weight.numel()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    attention = 6 * text.num_hidden_layers * 32 * text.num_attention_heads * head_dim
+    assert bench.training_flops(model, tokens=100, seq_len=32) == 100 * (6 * matrices + attention)
+    # LoRA: the frozen base costs 4N per token (no weight gradients), the adapters 6N
+    _, lora = tiny_qwen("--lora_r", "2")
+    assert bench.training_flops(lora, 100, 32) < bench.training_flops(model, 100, 32)
+    # images add the vision side's forward (frozen tower: 2 x its parameters per patch)
+    vision = sum(p.numel() for n, p in lora.named_parameters() if "visual" in n)
+    assert bench.training_flops(lora, 100, 32, image_patches=7) - bench.training_flops(lora, 100, 32) == 7 * 2 * vision
+
+
+def test_frozen_vision_tower_stays_out_of_autograd_and_everything_trainable_still_learns():
+    _, model = tiny_qwen()  # LoRA on the language model, vision tower and projector frozen
+    vision_tracked, missing = backward(model)
+    assert not vision_tracked and not missing
+    # full fine-tuning with the tower frozen: the projector (Qwen's merger, inside `visual`) still trains
+    _, model = tiny_qwen("--use_peft", "false")
+    vision_tracked, missing = backward(model)
+    assert not vision_tracked and not missing
+    assert any("merger" in n and p.grad is not None for n, p in model.named_parameters())
+    # LoRA on the vision tower: nothing may be cut off from the gradient
+    _, model = tiny_qwen("--lora_on_vision", "true")
+    assert archs.run_frozen_vision_without_grad(model) == []
+    vision_tracked, missing = backward(model)
+    assert vision_tracked and not missing
+
+
+def test_train_throughput_reports_a_run_with_images():
+    recipe = parse_recipe(str(QWEN_SFT), ["--per_device_train_batch_size", "2"])
+    report = bench.train_throughput(recipe, steps=1, real_size=False, seq_len=64, image_size=56)
+    assert report["image_tokens_per_sample"] == 4 and report["seq_len"] == 64
+    assert report["trainable"] < report["parameters"] and report["samples_per_s"] > 0
+    assert report["distributed"] == "NO" and "mfu" not in report  # no GPU, no utilisation
