@@ -236,3 +236,12 @@ def test_accelerate_configs_match_their_names():
     assert "main_process_ip" in node
     cpu = load["cpu_zero2"]
     assert cpu["use_cpu"] is True and cpu["deepspeed_config"]["zero_stage"] == 2
+
+
+def test_a_deepspeed_launch_overrides_use_cpu():
+    """`use_cpu: true` under a DeepSpeed launch would make the Trainer drop DeepSpeed silently."""
+    from stepcritic.train.config import _launcher_overrides
+
+    argv, notes = _launcher_overrides({"ACCELERATE_USE_DEEPSPEED": "true"})
+    assert argv == ["--use_cpu=false"] and "DeepSpeed" in notes[0]
+    assert _launcher_overrides({}) == ([], []) and _launcher_overrides({"ACCELERATE_USE_DEEPSPEED": "false"}) == ([], [])

@@ -20,6 +20,7 @@ import argparse
 import difflib
 import json
 import logging
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -286,6 +287,15 @@ def _cpu_defaults(given: set[str]) -> tuple[list[str], list[str]]:
     return argv, notes
 
 
+def _launcher_overrides(env) -> tuple[list[str], list[str]]:
+    """What the launcher decided and the recipe must not undo. Under `accelerate launch` with a DeepSpeed
+    config, `use_cpu: true` (the tiny recipes) makes the Trainer build a plain CPU Accelerator and DeepSpeed is
+    skipped without a word; DeepSpeed picks its own device (DS_ACCELERATOR=cpu on a machine without GPUs)."""
+    if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return ["--use_cpu=false"], ["launched with DeepSpeed: use_cpu=false (DeepSpeed picks its own device)"]
+    return [], []
+
+
 def _load_yaml(path: Path) -> dict:
     import yaml
 
@@ -337,6 +347,9 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
         + _to_argv(override_values, parser, dataclass_types, "override")
         + override_argv
     )
+    launcher_argv, launcher_notes = _launcher_overrides(os.environ)
+    argv += launcher_argv
+    adjustments += launcher_notes
     try:
         script_args, model_args, training_args = parser.parse_args_into_dataclasses(
             args=argv, look_for_args_file=False

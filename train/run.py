@@ -42,6 +42,9 @@ def train(recipe) -> dict:
     train_data, eval_data = common.load_splits(recipe)
     trainer = module.build_trainer(recipe, model, processor, train_data, eval_data)
 
+    state = trainer.accelerator.state
+    common.logger.info("distributed: %s, %d process(es), device %s", state.distributed_type.value,
+                       state.num_processes, state.device)
     checkpoint = common.resume_checkpoint(args)
     if checkpoint:
         common.logger.info("resuming from checkpoint %s (global step %s)", checkpoint,
