@@ -112,14 +112,12 @@ def training_flops(model, tokens: int, seq_len: int, image_patches: int = 0) -> 
     self-attention (QK^T and AV over half the sequence on average, times 3 for the backward).
     Per image patch: 2 x vision-N forward, times 3 when the vision side trains. Vision attention is left out."""
     from stepcritic.train import archs
+    from stepcritic.train.common import param_size as size
 
     text = model.config.get_text_config()
     decoder = model.get_decoder()
     decoder_ids = {id(p) for p in decoder.parameters()} - {id(model.get_input_embeddings().weight)}
     n_text = trainable_text = n_vision = trainable_vision = 0
-    def size(param):
-        return getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 leaves an empty placeholder
-
     for name, param in model.named_parameters():
         if id(param) in decoder_ids:
             n_text += size(param)

@@ -110,13 +110,17 @@ def prepare_model(recipe, model, task_type: str | None = "CAUSAL_LM"):
     return model
 
 
+def param_size(param) -> int:
+    """Elements of a parameter, also under ZeRO-3 (which leaves an empty placeholder on each rank)."""
+    return getattr(param, "ds_numel", None) or param.numel()
+
+
 def count_parameters(model) -> tuple[int, int]:
     """(trainable, total) parameter counts."""
     total = trainable = 0
     for param in model.parameters():
-        size = getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 leaves an empty placeholder
-        total += size
-        trainable += size if param.requires_grad else 0
+        total += param_size(param)
+        trainable += param_size(param) if param.requires_grad else 0
     return trainable, total
 
 
