@@ -101,8 +101,8 @@ def main(args: argparse.Namespace) -> list[dict]:
                 "dataset_path": data, "output_dir": run_dir, "max_steps": args.steps, "save_strategy": "no",
                 "tiny_vision_pretrain_steps": vision_steps, "freeze_vision_tower": vision_steps > 0,
                 "report_to": "none", "disable_tqdm": True, "logging_steps": max(args.steps // 5, 1)}))
-            results.append({"items": k, "scene_as_text": args.text, "vision_pretrain_steps": vision_steps, "sft_steps": args.steps,
-                            "accuracy": accuracy(run_dir, test), "chance": 0.25})
+            results.append({"items": k, "scene_as_text": args.text, "vision_pretrain_steps": vision_steps,
+                            "sft_steps": args.steps, "accuracy": accuracy(run_dir, test), "chance": 0.25})
             print(results[-1], flush=True)
     print("\n| shapes per scene | scene given as | vision pre-training steps | SFT steps | held-out accuracy |")
     print("|---|---|---|---|---|")
