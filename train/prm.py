@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 
 from stepcritic.data_prep import prompts
+from stepcritic.train import fast_masks
 
 
 def chain_image(image):
@@ -80,6 +81,7 @@ class PRMScorer:
 
     def __init__(self, model, processor, template=None, batch_size: int = 8):
         self.model = model.eval()
+        fast_masks.install()
         self.processor = processor
         self.template = template
         self.batch_size = batch_size

@@ -129,14 +129,22 @@ def _train_tokenizer(vocab_size: int, special_tokens: list[str]):
     )
 
 
-def _text_sizes(tokenizer) -> dict:
+# Model sizes. "small" (2.7M parameters) is the CPU demo's critic; "medium" (about 30M) is the from-scratch critic
+# trained in bf16 on one GPU (recipes/tiny-gpu). The vision side keeps one image token per grid cell.
+MODEL_SIZES = {
+    "small": {"text": dict(hidden_size=192, intermediate_size=768, num_hidden_layers=4, num_attention_heads=6,
+                           num_key_value_heads=2),
+              "vision": dict(hidden_size=96, intermediate_size=384, num_hidden_layers=2, num_attention_heads=2)},
+    "medium": {"text": dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=8,
+                            num_key_value_heads=4),
+               "vision": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4)},
+}
+
+
+def _text_sizes(tokenizer, size: str = "small") -> dict:
     return dict(
         vocab_size=len(tokenizer),
-        hidden_size=192,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=6,
-        num_key_value_heads=2,
+        **MODEL_SIZES[size]["text"],
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=None,
@@ -145,26 +153,23 @@ def _text_sizes(tokenizer) -> dict:
     )
 
 
-def _vision_sizes(image_size: int, patch_size: int) -> dict:
+def _vision_sizes(image_size: int, patch_size: int, size: str = "small") -> dict:
     return dict(
-        hidden_size=96,
-        intermediate_size=384,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        **MODEL_SIZES[size]["vision"],
         image_size=image_size,
         patch_size=patch_size,
     )
 
 
-def _llava(tokenizer, image_size: int, patch_size: int):
+def _llava(tokenizer, image_size: int, patch_size: int, size: str):
     from transformers import LlavaConfig, LlavaProcessor, Qwen2Config, SiglipVisionConfig
     from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
     # SigLIP has no CLS token and resizes to a square without cropping, so the whole picture is seen and every
     # image costs exactly (image_size / patch_size)^2 tokens.
     config = LlavaConfig(
-        vision_config=SiglipVisionConfig(**_vision_sizes(image_size, patch_size)),
-        text_config=Qwen2Config(**_text_sizes(tokenizer)),
+        vision_config=SiglipVisionConfig(**_vision_sizes(image_size, patch_size, size)),
+        text_config=Qwen2Config(**_text_sizes(tokenizer, size)),
         image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
         vision_feature_select_strategy="full",
         vision_feature_layer=-1,
@@ -185,14 +190,14 @@ def _llava(tokenizer, image_size: int, patch_size: int):
     return config, processor
 
 
-def _idefics3(tokenizer, image_size: int, patch_size: int):
+def _idefics3(tokenizer, image_size: int, patch_size: int, size: str):
     from transformers import Idefics3Config, Idefics3Processor, Idefics3VisionConfig, LlamaConfig
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
     scale_factor = 2
     config = Idefics3Config(
-        vision_config=Idefics3VisionConfig(**_vision_sizes(image_size, patch_size)),
-        text_config=LlamaConfig(**_text_sizes(tokenizer)),
+        vision_config=Idefics3VisionConfig(**_vision_sizes(image_size, patch_size, size)),
+        text_config=LlamaConfig(**_text_sizes(tokenizer, size)),
         image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
         scale_factor=scale_factor,
         pad_token_id=tokenizer.pad_token_id,
@@ -223,6 +228,8 @@ def build_tiny_critic(
     patch_size: int | None = None,
     vocab_size: int = 1024,
     vision_pretrain_steps: int = 0,
+    size: str = "small",
+    base_pretrain_steps: int = 0,
 ) -> str:
     """Build a randomly initialised tiny VLM critic and save model + processor to `out_dir`; returns the path.
 
@@ -230,7 +237,8 @@ def build_tiny_critic(
     one synthetic grid cell for LLaVA (96 px / 32: nine image tokens, so sequences stay short) and 16 px for
     Idefics3, whose 2x2 pixel shuffle needs an even patch grid. `vision_pretrain_steps` > 0 gives the
     vision tower a short supervised pre-training on rendered scenes (see `vision_pretrain.py`); the language
-    model stays random either way.
+    model stays random unless `base_pretrain_steps` > 0, which then trains it (and the projector) on captions
+    and questions about rendered scenes (see `base_pretrain.py`), on a GPU when there is one.
     """
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
@@ -238,19 +246,33 @@ def build_tiny_critic(
     builders = {"llava": _llava, "idefics3": _idefics3}
     if arch not in builders:
         raise ValueError(f"unknown tiny arch {arch!r}; choose one of {ARCHS}")
+    if size not in MODEL_SIZES:
+        raise ValueError(f"unknown tiny size {size!r}; choose one of {sorted(MODEL_SIZES)}")
     patch_size = patch_size or DEFAULT_PATCH_SIZE[arch]
     if image_size % patch_size:
         raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
     specials = [PAD_TOKEN, TURN_START, TURN_END, IMAGE_TOKEN] + (list(IDEFICS3_TOKENS) if arch == "idefics3" else [])
     tokenizer = _train_tokenizer(vocab_size, specials)
-    config, processor = builders[arch](tokenizer, image_size, patch_size)
+    config, processor = builders[arch](tokenizer, image_size, patch_size, size)
 
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config)
+    # The medium size is built on a GPU when there is one; the small one on the CPU, so that the demo's cached
+    # build is the same wherever it runs.
+    on_gpu = torch.cuda.is_available() and size != "small"
+    if on_gpu:
+        model.to("cuda")
     if vision_pretrain_steps:
         from stepcritic.train.vision_pretrain import pretrain_vision
 
         pretrain_vision(model, processor, vision_pretrain_steps, seed=seed)
+    if base_pretrain_steps:
+        from stepcritic.train.base_pretrain import pretrain_base
+
+        pretrain_base(model, processor, base_pretrain_steps, seed=seed, image_size=image_size, bf16=on_gpu,
+                      device="cuda" if on_gpu else "cpu", batch_size=64 if on_gpu else 16,
+                      workers=min(8, os.cpu_count() or 1) if on_gpu else 0)
+    model.to("cpu")
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, max_new_tokens=256
     )

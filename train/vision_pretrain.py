@@ -67,20 +67,23 @@ def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
     rng = random.Random(seed)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
+    device = next(model.parameters()).device
     pixel_values, _ = _scene_batch(random.Random(seed), processor, 1)
-    n_tokens = cell_features(model, pixel_values, 1).shape[1]
+    n_tokens = cell_features(model, pixel_values.to(device), 1).shape[1]
     if n_tokens != GRID * GRID:
         raise ValueError(f"vision pre-training needs one image token per grid cell ({GRID * GRID}); "
                          f"this model gives {n_tokens} per image (set patch_size = image_size / {GRID})")
 
     hidden = model.config.text_config.hidden_size
     heads = torch.nn.ModuleList([torch.nn.Linear(hidden, 1 + len(values)) for values in (SHAPES, COLOURS, SIZES)])
+    heads.to(device)
     language = {id(p) for p in (*model.get_decoder().parameters(), *model.get_output_embeddings().parameters())}
     trained = [p for p in model.parameters() if id(p) not in language]  # vision tower + projector/connector
     optimizer = torch.optim.AdamW([*trained, *heads.parameters()], lr=LEARNING_RATE)
     model.train()
     for step in range(steps):
         pixel_values, labels = _scene_batch(rng, processor, BATCH)
+        pixel_values, labels = pixel_values.to(device), labels.to(device)
         features = cell_features(model, pixel_values, BATCH)
         logits = [head(features) for head in heads]
         loss = sum(torch.nn.functional.cross_entropy(lg.flatten(0, 1), labels[..., k].flatten())
@@ -91,6 +94,7 @@ def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
     model.eval()
     with torch.no_grad():  # accuracy on fresh scenes, not on the last training batch
         pixel_values, labels = _scene_batch(rng, processor, BATCH)
+        pixel_values, labels = pixel_values.to(device), labels.to(device)
         logits = [head(cell_features(model, pixel_values, BATCH)) for head in heads]
         accuracy = {name: float((lg.argmax(-1) == labels[..., k]).float().mean())
                     for k, (name, lg) in enumerate(zip(("shape", "colour", "size"), logits))}
