@@ -1,9 +1,10 @@
 """Build training datasets (TRL formats, with images) from canonical chains.
 
 `build_dataset(chains, kind, out_dir)` validates the chains, splits them by group, turns each split into
-rows of one kind, and saves a `datasets.DatasetDict` (train/test) plus `README.md` (dataset card) and
-`build_stats.json`. Every prompt comes from `prompts.py`, so evaluation asks judges exactly the same
-questions the models were trained on.
+rows of one kind, and saves a `datasets.DatasetDict` (splits `splits.SPLITS`: train / test) plus `README.md`
+(dataset card) and `build_stats.json`. Kinds, their columns and the methods they feed are defined in
+`contract.py`, which training reads too. Every prompt comes from `prompts.py`, so evaluation asks judges
+exactly the same questions the models were trained on.
 
 Kinds:
 - critique-sft:  {"messages": [user, assistant=gold JSON critique], "images", "chain_id", "group_id"}
@@ -27,12 +28,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from stepcritic.data_prep import critique, pairs, prompts, schema
-from stepcritic.data_prep.splits import split_by_group
+from stepcritic.data_prep.contract import KIND_NAMES as KINDS
+from stepcritic.data_prep.contract import KINDS as KIND_SPECS
+from stepcritic.data_prep.contract import STATS_FILE
+from stepcritic.data_prep.splits import SPLITS, split_by_group
 
-KINDS = ("critique-sft", "verifier-sft", "prm-sft", "critique-pref", "outcome-rm")
 TEMPLATE_ROLE = {"critique-sft": "critique", "verifier-sft": "verifier", "prm-sft": "prm",
                  "critique-pref": "critique", "outcome-rm": "outcome"}
-SPLITS = ("train", "test")
 
 
 @dataclass
@@ -215,6 +217,7 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
     skipped = sum((produced[s].skipped for s in SPLITS), Counter())  # Counter addition drops zero counts
     stats = {
         "kind": kind,
+        "methods": list(KIND_SPECS[kind].methods),
         "chains_in": len(records),
         "chains_used": len(records) - sum(skipped.values()),
         "chains_skipped": dict(sorted(skipped.items())),
@@ -230,7 +233,7 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
     if mix is not None:
         stats["pref_mix"] = {"weights": mix,
                              "realised": dict(sum((produced[s].labels for s in SPLITS), Counter()))}
-    with open(os.path.join(out_dir, "build_stats.json"), "w") as f:
+    with open(os.path.join(out_dir, STATS_FILE), "w") as f:
         json.dump(stats, f, indent=2, sort_keys=True)
     write_card(stats, os.path.join(out_dir, "README.md"))
     return stats

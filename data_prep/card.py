@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from stepcritic.data_prep.splits import HELD_OUT, SPLITS
+
 KIND_DESCRIPTIONS = {
     "critique-sft": "Conversational SFT: the user turn asks for a step-by-step critique, the assistant turn is "
                     "the gold critique as JSON.",
@@ -24,23 +26,24 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
 
 def card_text(stats: dict) -> str:
     balance = stats["label_balance"]
-    labels = sorted(set(balance["train"]) | set(balance["test"]))
+    labels = sorted(set().union(*(balance[s] for s in SPLITS)))
     lines = [
         f"# StepCritic dataset: {stats['kind']}", "",
         KIND_DESCRIPTIONS[stats["kind"]],
+        *([f"Trains `method: {' / '.join(stats['methods'])}` (`stepcritic train`)."] if "methods" in stats else []),
         "Every row carries its image in `images` and TRL-style messages whose content is a list of parts.", "",
         "Load with `datasets.load_from_disk(<this folder>)`.", "",
         "## Sources", "",
         *_table(("source", "chains"), list(stats["sources"].items())), "",
         "## Chains and rows", "",
         f"{stats['chains_in']} chains in, {stats['chains_used']} used. Split by group (same image and question), "
-        f"test fraction {stats['test_fraction']}, seed {stats['seed']}.", "",
+        f"test fraction {stats['test_fraction']}, seed {stats['seed']}. Training evaluates on `{HELD_OUT}` "
+        f"(`eval_split` in a recipe).", "",
         *_table(("split", "groups", "chains", "rows"),
-                [(s, stats["groups"][s], stats["chains"][s], stats["rows"][s]) for s in ("train", "test")]), "",
+                [(s, stats["groups"][s], stats["chains"][s], stats["rows"][s]) for s in SPLITS]), "",
         "Chains skipped: " + (", ".join(f"{r} {n}" for r, n in stats["chains_skipped"].items()) or "none") + ".", "",
         "## Label balance", "",
-        *_table(("label", "train", "test"),
-                [(k, balance["train"].get(k, 0), balance["test"].get(k, 0)) for k in labels]),
+        *_table(("label", *SPLITS), [(k, *(balance[s].get(k, 0) for s in SPLITS)) for k in labels]),
         "",
         "## Prompt template", "",
         f"`{stats['template']['name']}` (sha256 prefix `{stats['template']['hash']}`).",

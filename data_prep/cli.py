@@ -6,8 +6,10 @@ import argparse
 import json
 import sys
 
+from stepcritic.data_prep.contract import KIND_NAMES as BUILD_KINDS
+from stepcritic.data_prep.contract import KINDS, SPLITS
+
 INGEST_FORMATS = ("miceval", "visco", "stepwise", "jsonl")
-BUILD_KINDS = ("critique-sft", "verifier-sft", "prm-sft", "critique-pref", "outcome-rm")
 
 
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -36,12 +38,16 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--out", required=True, help="output folder for the chains dataset")
 
     p = sub.add_parser("build", help="build a training dataset (SFT, preference, reward) from canonical chains",
-                       description="Build one training dataset kind, split by group_id, with a dataset card.",
+                       description=f"Build one training dataset kind, split by group_id into {' / '.join(SPLITS)}, "
+                                   "with a dataset card and build_stats.json (its kind, read back by `stepcritic "
+                                   "train`). Kinds and the training method each feeds: "
+                                   + "; ".join(f"{k}: {'/'.join(v.methods)}" for k, v in KINDS.items()) + ".",
                        epilog="example: stepcritic data build --chains data/synth --kind critique-sft --out data/critique-sft")
     p.add_argument("--chains", required=True, help="a canonical chains dataset folder (from ingest or synth) or .jsonl")
     p.add_argument("--kind", required=True, choices=BUILD_KINDS)
     p.add_argument("--out", required=True)
-    p.add_argument("--test-fraction", type=float, default=0.1, help="share of groups held out (default 0.1)")
+    p.add_argument("--test-fraction", type=float, default=0.1,
+                   help="share of groups held out in the 'test' split, which recipes evaluate on (default 0.1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--template", default=None, help="a Jinja template file to use instead of the packaged one")
     p.add_argument("--pref-mix", default=None,

@@ -1,0 +1,86 @@
+"""The data contract between `stepcritic data build` and `stepcritic train`, defined once.
+
+What a built dataset folder is: a `datasets.DatasetDict` saved with `save_to_disk`, holding the splits
+`splits.SPLITS`, next to `build_stats.json` that records its kind. What each kind holds (its columns) and
+which training methods it feeds. `data build` writes by it, the recipes' defaults and `stepcritic train`
+(including `--dry-run`) read by it; data flows data_prep -> train, so train imports this, never the reverse.
+
+Standard library only: the CLIs import it for their `--help` and choices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from stepcritic.data_prep.splits import HELD_OUT, SPLITS, TRAIN
+
+__all__ = ["TRAIN", "HELD_OUT", "SPLITS", "KINDS", "KIND_NAMES", "METHOD_KINDS", "STATS_FILE", "DataContractError",
+           "built_kind", "missing_columns", "build_command"]
+
+STATS_FILE = "build_stats.json"
+# `save_to_disk` of a DatasetDict writes this index; a folder without it is not a built dataset.
+DATASET_DICT_FILE = "dataset_dict.json"
+
+
+@dataclass(frozen=True)
+class Kind:
+    columns: tuple[str, ...]
+    methods: tuple[str, ...]  # the `method` values of a recipe that train on this kind
+
+
+_IDS = ("images", "chain_id", "group_id")
+# Order matters: for a method fed by several kinds, the first one listed here is its default.
+KINDS = {
+    "critique-sft": Kind(("messages", *_IDS), ("sft", "grpo")),
+    "verifier-sft": Kind(("messages", "task", "label", "step_index", *_IDS), ("sft", "grpo")),
+    "prm-sft": Kind(("messages", *_IDS), ("prm",)),
+    "critique-pref": Kind(("prompt", "chosen", "rejected", "corruption", *_IDS), ("dpo",)),
+    "outcome-rm": Kind(("prompt", "chosen", "rejected", "images", "chosen_chain_id", "rejected_chain_id",
+                        "group_id"), ("reward",)),
+}
+KIND_NAMES = tuple(KINDS)
+# method -> the kinds it trains on, default first. GRPO samples its own completions: it takes the critique
+# (or verifier) rows for their prompts and the gold labels its reward compares against.
+METHOD_KINDS = {method: tuple(kind for kind, spec in KINDS.items() if method in spec.methods)
+                for method in ("sft", "prm", "dpo", "reward", "grpo")}
+
+
+class DataContractError(ValueError):
+    """A dataset that does not match what the recipe trains on; the message is one line naming the path."""
+
+
+def build_command(kind: str, out: str) -> str:
+    return f"stepcritic data build --chains CHAINS --kind {kind} --out {out}"
+
+
+def built_kind(path: str, expected: str) -> str | None:
+    """The kind recorded in a built dataset's build_stats.json (None when the folder has no stats).
+
+    Raises DataContractError when `path` is missing or is not a saved DatasetDict; `expected` is the kind the
+    caller wants, named in the message with the command that builds it.
+    """
+    if not os.path.exists(path):
+        raise DataContractError(f"dataset_path {path!r} does not exist (expected a {expected!r} dataset; make one "
+                                f"with `{build_command(expected, path)}`)")
+    if not os.path.isfile(os.path.join(path, DATASET_DICT_FILE)):
+        raise DataContractError(f"dataset_path {path!r} is not a dataset written by `stepcritic data build` (no "
+                                f"{DATASET_DICT_FILE}; expected a {expected!r} dataset)")
+    stats_path = os.path.join(path, STATS_FILE)
+    if not os.path.isfile(stats_path):
+        return None
+    try:
+        with open(stats_path) as f:
+            kind = json.load(f).get("kind")
+    except (OSError, ValueError, AttributeError) as err:
+        raise DataContractError(f"{stats_path}: unreadable ({err})") from err
+    if kind not in KINDS:
+        raise DataContractError(f"{stats_path}: unknown dataset kind {kind!r} (known: {', '.join(KIND_NAMES)})")
+    return kind
+
+
+def missing_columns(kind: str, columns) -> list[str]:
+    """The columns `kind` needs that `columns` lacks (extra columns are allowed)."""
+    present = set(columns)
+    return [column for column in KINDS[kind].columns if column not in present]
