@@ -1,7 +1,8 @@
-"""`stepcritic train --config RECIPE.yaml [--key value ...]`: train a critic from a YAML recipe.
+"""`stepcritic train --config RECIPE.yaml [--key value ...] [--dry-run]`: train a critic from a YAML recipe.
 
 Any `--key value` after the recipe overrides the recipe's key of the same name (TRL/transformers
 config fields, ModelConfig fields, or StepCritic keys); unknown keys are an error naming the key.
+User mistakes (the recipe, the dataset) end with one line `stepcritic train: error: ...` and exit code 2.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import sys
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="stepcritic train", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="a recipe YAML, e.g. recipes/tiny/critique-sft.yaml")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the recipe and its data without loading model weights (splits, dataset kind, "
+                             "columns, images, token lengths on a sample, launcher) and print the plan: method, "
+                             "model, rows, global batch, steps; exit 2 with one line per problem")
     parser.epilog = (
         "Any further --key value pairs override the recipe (e.g. --learning_rate 1e-4 --output_dir runs/x).\n"
         "Multi-GPU: accelerate launch --config_file recipes/accelerate/zero3.yaml -m stepcritic.train "
@@ -23,14 +28,28 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     return parser
 
 
+def _error(message) -> int:
+    print(f"stepcritic train: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(args: argparse.Namespace) -> int:
+    import os
+
+    if not os.path.isfile(args.config):
+        return _error(f"recipe file {args.config!r} not found")
+    from stepcritic.data_prep.contract import DataContractError
     from stepcritic.train.config import RecipeError, parse_recipe
-    from stepcritic.train.run import train
 
     try:
         recipe = parse_recipe(args.config, getattr(args, "overrides", None) or [])
-    except (RecipeError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    train(recipe)
+        if args.dry_run:
+            from stepcritic.train.preflight import dry_run
+
+            return dry_run(recipe)
+        from stepcritic.train.run import train
+
+        train(recipe)
+    except (RecipeError, DataContractError) as e:
+        return _error(e)
     return 0

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 
+from stepcritic.data_prep.contract import TRAIN, DataContractError, missing_columns
 from stepcritic.train import archs
 
 logger = logging.getLogger("stepcritic.train")
@@ -136,22 +137,47 @@ def log_trainable(model, what: str | None = None) -> None:
 
 # ----------------------------------------------------------------------------- data
 
+def split_problems(recipe, data) -> list[str]:
+    """What keeps the recipe from training on this DatasetDict: missing or empty splits, columns its kind lacks."""
+    args = recipe.script_args
+    path, found = args.dataset_path, list(data)
+    strategy = getattr(recipe.training_args.eval_strategy, "value", recipe.training_args.eval_strategy)
+    needs_eval = strategy != "no"
+    problems = []
+    if TRAIN not in data:
+        problems.append(f"{path}: no {TRAIN!r} split (found {found})")
+    if needs_eval and (not args.eval_split or args.eval_split not in data):
+        problems.append(f"{path}: eval_strategy is {strategy!r} but there is no split "
+                        f"{args.eval_split!r} to evaluate on (found {found}); set eval_split or eval_strategy: no")
+    for name in (TRAIN, args.eval_split):
+        if not name or name not in data:
+            continue
+        missing = missing_columns(args.dataset_kind, data[name].column_names)
+        if missing:
+            problems.append(f"{path} [{name}]: columns {data[name].column_names} lack {missing}, which kind "
+                            f"{args.dataset_kind!r} needs")
+        elif len(data[name]) == 0 and (name == TRAIN or needs_eval):
+            problems.append(f"{path} [{name}]: no rows")
+    return problems
+
+
 def load_splits(recipe):
-    """(train, eval or None) from `dataset_path`, cut to `max_train_samples` / `max_eval_samples`."""
+    """(train, eval or None) from `dataset_path`, cut to `max_train_samples` / `max_eval_samples`.
+
+    Raises DataContractError (one line) when the splits or columns do not match the recipe.
+    """
     from datasets import load_from_disk
 
     args = recipe.script_args
     data = load_from_disk(args.dataset_path)
-    if "train" not in data:
-        raise ValueError(f"{args.dataset_path}: no 'train' split (found {list(data)})")
-    train = _head(data["train"], args.max_train_samples)
+    problems = split_problems(recipe, data)
+    if problems:
+        raise DataContractError(problems[0])
+    train = _head(data[TRAIN], args.max_train_samples)
     evaluation = None
     if args.eval_split and args.eval_split in data:
         evaluation = _head(data[args.eval_split], args.max_eval_samples)
-    elif recipe.training_args.eval_strategy != "no":
-        raise ValueError(f"eval_strategy is {recipe.training_args.eval_strategy!r} but {args.dataset_path} has no "
-                         f"split {args.eval_split!r} (found {list(data)}); set eval_split")
-    for name, split in (("train", train), (args.eval_split, evaluation)):
+    for name, split in ((TRAIN, train), (args.eval_split, evaluation)):
         if split is not None:
             check_images_for_zero3(split, f"{args.dataset_path} [{name}]")
     if args.max_image_size:
@@ -185,9 +211,9 @@ def check_images_for_zero3(dataset, where: str) -> None:
     counts = pc.list_value_length(dataset.with_format("arrow")[:]["images"]).fill_null(0)  # no image decoding
     missing = [i for i, n in enumerate(counts.to_pylist()) if n == 0]
     if missing:
-        raise ValueError(f"{where}: {len(missing)} rows have no image (first: row {missing[0]}); under DeepSpeed "
-                         "ZeRO-3 a batch without images hangs the job (DeepSpeed #7170). Attach an image to every "
-                         "row, drop those rows, or train with ZeRO-2/DDP.")
+        raise DataContractError(f"{where}: {len(missing)} rows have no image (first: row {missing[0]}); under "
+                                "DeepSpeed ZeRO-3 a batch without images hangs the job (DeepSpeed #7170). Attach an "
+                                "image to every row, drop those rows, or train with ZeRO-2/DDP.")
 
 
 def _head(dataset, limit):

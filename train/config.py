@@ -28,19 +28,15 @@ from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments
 
+from stepcritic.data_prep.contract import HELD_OUT, METHOD_KINDS
+
 logger = logging.getLogger(__name__)
 
 METHODS = ("sft", "dpo", "prm", "reward", "grpo")
 
 # The dataset kinds `stepcritic data build` writes that each method can consume; the first is the default.
-DATASET_KINDS = {
-    "sft": ("critique-sft", "verifier-sft"),
-    "prm": ("prm-sft",),
-    "dpo": ("critique-pref",),
-    "reward": ("outcome-rm",),
-    # GRPO samples its own completions: it needs prompts plus the gold step labels the reward compares against.
-    "grpo": ("critique-sft", "verifier-sft"),
-}
+# Defined with the kinds themselves in data_prep.contract.
+DATASET_KINDS = {method: METHOD_KINDS[method] for method in METHODS}
 
 # Keys that older TRL/transformers versions accepted, with what replaced them: turns a bare "unknown key" into
 # a fix when an old recipe is ported.
@@ -72,7 +68,9 @@ class StepCriticArgs:
         metadata={"help": f"Dataset kind inside dataset_path; default by method: {DATASET_KINDS}."},
     )
     eval_split: str | None = field(
-        default="validation", metadata={"help": "Split evaluated during training; null to train without one."}
+        default=HELD_OUT,
+        metadata={"help": f"Split evaluated during training (`stepcritic data build` holds out {HELD_OUT!r}); null "
+                          "to train without one."},
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use at most this many training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use at most this many evaluation rows."})
@@ -98,6 +96,22 @@ class StepCriticArgs:
         default=0,
         metadata={"help": "Supervised pre-training steps for the tiny critic's vision tower on rendered scenes, the "
                           "offline stand-in for a pretrained encoder (0: random tower). Only with tiny_model."},
+    )
+    tiny_model_size: str = field(
+        default="small",
+        metadata={"help": "Size of the tiny critic: small (2.7M parameters, CPU) or medium (about 30M, one GPU).",
+                  "choices": ("small", "medium")},
+    )
+    tiny_base_pretrain_steps: int = field(
+        default=0,
+        metadata={"help": "Vision-language pre-training steps of the tiny critic's base on captions and questions "
+                          "about rendered scenes (never critic labels), after the vision tower's; 0: a random "
+                          "language model. Only with tiny_model."},
+    )
+    max_train_minutes: float | None = field(
+        default=None,
+        metadata={"help": "Stop training after this many minutes of wall time (the model is saved as usual); "
+                          "null: no limit. For fixed-budget runs such as 'the best critic in 15 GPU minutes'."},
     )
     merge_adapter: bool = field(
         default=False, metadata={"help": "After LoRA training, also save the adapter merged into the base weights."}
@@ -167,6 +181,7 @@ class Recipe:
     training_args: TrainingArguments
     source: str | None = None
     adjustments: list[str] = field(default_factory=list)  # defaults the parser filled in, e.g. for a CPU host
+    given: frozenset = frozenset()  # the keys the YAML or an override set (the rest are defaults)
 
     @property
     def method(self) -> str:
@@ -179,8 +194,12 @@ class Recipe:
 
             args = self.script_args
             # 0 is left out of the cache key, so a random-tower build keeps the folder it always had
-            steps = args.tiny_vision_pretrain_steps
-            return tiny_critic_path(arch=args.tiny_model_arch, **({"vision_pretrain_steps": steps} if steps else {}))
+            # defaults are left out of the cache key, so older builds keep the folders they always had
+            extra = {"vision_pretrain_steps": args.tiny_vision_pretrain_steps, "size": args.tiny_model_size,
+                     "base_pretrain_steps": args.tiny_base_pretrain_steps}
+            defaults = {"vision_pretrain_steps": 0, "size": "small", "base_pretrain_steps": 0}
+            return tiny_critic_path(arch=args.tiny_model_arch,
+                                    **{k: v for k, v in extra.items() if v != defaults[k]})
         return self.model_args.model_name_or_path
 
 
@@ -363,7 +382,8 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
         raise RecipeError(f"{where}: `model_name_or_path` is required unless `tiny_model: true`")
     for note in adjustments:
         logger.info("%s: %s", path, note)
-    return Recipe(script_args, model_args, training_args, source=str(path), adjustments=adjustments)
+    return Recipe(script_args, model_args, training_args, source=str(path), adjustments=adjustments,
+                  given=frozenset(given))
 
 
 def parse_recipe_argv(argv: list[str]) -> Recipe:

@@ -1,6 +1,7 @@
 """`train(recipe)`: one training run, whatever the method.
 
-Order of a run: seed, load model + processor, LoRA / freezing, data, build the method's trainer, train
+Order of a run: check the data against the recipe (kind, splits, columns: before any weights load, so a wrong
+dataset fails in a second), seed, data, load model + processor, LoRA / freezing, build the method's trainer, train
 (resuming from the latest checkpoint in `output_dir` when there is one), save model + processor, model card,
 optional adapter merge. Each method module exposes `build_trainer(recipe, model, processor, train, eval)`.
 """
@@ -11,7 +12,7 @@ import importlib
 import logging
 import os
 
-from stepcritic.train import common
+from stepcritic.train import common, fast_masks, preflight
 
 METHOD_MODULES = {"sft": "sft", "prm": "sft", "dpo": "dpo", "reward": "reward", "grpo": "grpo"}
 
@@ -26,20 +27,42 @@ def _setup_logging(training_args) -> None:
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
 
 
+def time_budget(minutes: float):
+    """A Trainer callback that stops training after `minutes` of wall time (checked after every optimiser step)."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.perf_counter() - self.start > minutes * 60:
+                common.logger.info("max_train_minutes=%s reached after %d steps: stopping", minutes,
+                                   state.global_step)
+                control.should_training_stop = True
+
+    return TimeBudget()
+
+
 def train(recipe) -> dict:
     """Run the recipe; returns the final metrics (train metrics, eval metrics when there is an eval split)."""
     from transformers import set_seed
 
     args = recipe.training_args
     method = recipe.script_args.method
+    data_note = preflight.check_dataset_kind(recipe)  # first: a wrong dataset stops here, before any logging noise
     _setup_logging(args)
     for note in recipe.adjustments:
         common.logger.info("recipe adjustment: %s", note)
+    common.logger.info("data %s: %s", recipe.script_args.dataset_path, data_note)
+    train_data, eval_data = common.load_splits(recipe)
     set_seed(args.seed)
 
+    fast_masks.install()  # transformers' assistant-mask loop dominated tiny-critic steps
     module = importlib.import_module(f"stepcritic.train.{METHOD_MODULES[method]}")
     model, processor = common.load_model(recipe)
-    train_data, eval_data = common.load_splits(recipe)
     trainer = module.build_trainer(recipe, model, processor, train_data, eval_data)
 
     state = trainer.accelerator.state
@@ -49,6 +72,8 @@ def train(recipe) -> dict:
     if checkpoint:
         common.logger.info("resuming from checkpoint %s (global step %s)", checkpoint,
                            common.checkpoint_step(checkpoint))
+    if recipe.script_args.max_train_minutes:
+        trainer.add_callback(time_budget(recipe.script_args.max_train_minutes))
     result = trainer.train(resume_from_checkpoint=checkpoint)
     metrics = dict(result.metrics)
     if eval_data is not None:

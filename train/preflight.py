@@ -1,0 +1,336 @@
+"""Checks that run before any weights load: the recipe's data against the data contract, and `--dry-run`.
+
+`check_dataset_kind` is what every training run does first, so a PRM recipe pointed at critique data, or a
+mistyped `dataset_path`, stops in a second with one line instead of after the model is built.
+
+`dry_run` is `stepcritic train --config R --dry-run`: everything a run would find out about its recipe and data
+without training, so a user checks a run before renting GPUs. It loads the processor (tokenizer + image
+processor) but never the model's weights; for a Hub model that is not available offline it says the length
+check was skipped and why.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+
+from stepcritic.data_prep import contract
+from stepcritic.data_prep.contract import TRAIN, DataContractError
+from stepcritic.train import common
+from stepcritic.train.config import DATASET_KINDS
+
+SAMPLE_ROWS = 8  # rows per split whose images are decoded and whose token lengths are measured
+
+
+# ----------------------------------------------------------------------------- the data contract
+
+def check_dataset_kind(recipe) -> str:
+    """Match `dataset_path`'s recorded kind against the method; returns a note for the log.
+
+    Raises DataContractError (one line naming the path, the kind found and the kind expected) for a missing
+    path, a folder that is not a built dataset, or a kind the method cannot train on. A kind the method takes
+    that differs from the recipe's default (`sft` on verifier-sft data) is adopted, unless the recipe set
+    `dataset_kind` itself.
+    """
+    args = recipe.script_args
+    expected, allowed = args.dataset_kind, DATASET_KINDS[args.method]
+    found = contract.built_kind(args.dataset_path, expected)
+    if found is None:
+        return (f"{args.dataset_path} has no {contract.STATS_FILE}, so its kind is not recorded: taking the recipe's "
+                f"dataset_kind {expected!r} (columns are still checked)")
+    if found == expected:
+        return f"dataset kind {found!r} (from {contract.STATS_FILE})"
+    if found in allowed and "dataset_kind" not in recipe.given:
+        args.dataset_kind = found
+        return (f"dataset kind {found!r} (from {contract.STATS_FILE}; method {args.method!r} takes "
+                f"{' or '.join(allowed)})")
+    where = f"dataset_path {args.dataset_path!r} holds kind {found!r} (its {contract.STATS_FILE})"
+    if found in allowed:
+        raise DataContractError(f"{where}, but the recipe sets dataset_kind {expected!r}; drop dataset_kind or point "
+                                f"dataset_path at a {expected!r} dataset")
+    raise DataContractError(
+        f"{where}, but method {args.method!r} expects {' or '.join(repr(kind) for kind in allowed)}; build one with "
+        f"`{contract.build_command(expected, 'DIR')}` and pass --dataset_path DIR")
+
+
+# ----------------------------------------------------------------------------- launcher
+
+def launcher() -> tuple[str, int, list[str]]:
+    """(description, number of processes, problems) of the launcher that started this process.
+
+    `accelerate launch` passes its config to the script through environment variables (ACCELERATE_*), and a
+    multi-process launch sets WORLD_SIZE; without them the run is one plain process.
+    """
+    env = os.environ
+    processes = int(env.get("WORLD_SIZE", "1") or 1)
+    parts, problems = [], []
+    launched = any(key.startswith("ACCELERATE_") for key in env) and "ACCELERATE_MIXED_PRECISION" in env
+    if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        stage = env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "?")
+        offload = {what: env.get(f"ACCELERATE_DEEPSPEED_OFFLOAD_{what.upper()}_DEVICE", "none")
+                   for what in ("optimizer", "param")}
+        offloaded = set(offload.values()) - {"none"}
+        parts.append(f"DeepSpeed ZeRO-{stage}" + (f" (offload optimizer {offload['optimizer']}, params "
+                                                  f"{offload['param']})" if offloaded else ""))
+        if importlib.util.find_spec("deepspeed") is None:
+            problems.append("the launcher asks for DeepSpeed but it is not installed: "
+                            "pip install -c constraints.txt -e '.[deepspeed]'")
+    elif env.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        parts.append("FSDP")
+    elif processes > 1:
+        parts.append("DDP")
+    if launched:
+        parts.insert(0, "accelerate launch")
+        parts.append(f"mixed precision {env.get('ACCELERATE_MIXED_PRECISION')}")
+    else:
+        parts.insert(0, "none (plain python; several GPUs: accelerate launch --config_file recipes/accelerate/...)")
+    parts.append(f"{processes} process{'es' if processes > 1 else ''}")
+    return ", ".join(parts), processes, problems
+
+
+# ----------------------------------------------------------------------------- plan
+
+def plan(recipe, train_rows: int, processes: int) -> tuple[str, str]:
+    """(global batch, optimiser steps) as the Trainer will count them."""
+    args = recipe.training_args
+    per_device, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
+    global_batch = per_device * accumulation * processes
+    batch = (f"{global_batch:,} = {per_device} per device x {accumulation} accumulation step"
+             f"{'s' if accumulation > 1 else ''} x {processes} process{'es' if processes > 1 else ''}")
+    if recipe.method == "grpo":  # GRPO's batch counts sampled completions, num_generations per prompt
+        generations = args.num_generations
+        batch = (f"{global_batch:,} completions ({global_batch // generations:,} prompts x {generations} "
+                 f"generations){batch[len(f'{global_batch:,}'):]}")
+    if args.max_steps > 0:
+        return batch, f"{args.max_steps:,} (max_steps)"
+    if recipe.method == "grpo":
+        return batch, f"about {math.ceil(args.num_train_epochs * train_rows * args.num_generations / global_batch):,}"
+    # transformers' Trainer: batches per epoch rounded up, then accumulation rounded up, then epochs rounded up
+    batches = math.ceil(train_rows / (per_device * processes))
+    per_epoch = max(math.ceil(batches / accumulation), 1)
+    steps = math.ceil(args.num_train_epochs * per_epoch)
+    return batch, (f"{steps:,} = {args.num_train_epochs:g} epoch(s) x {per_epoch:,} steps per epoch "
+                   f"({train_rows:,} rows)")
+
+
+# ----------------------------------------------------------------------------- samples
+
+def sample_indices(n: int, k: int = SAMPLE_ROWS) -> list[int]:
+    """Up to k row indices spread evenly over n rows (first and last included)."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def decoded_rows(split, name: str, path: str, max_image_size: int | None) -> tuple[list[dict], list[str]]:
+    """The sampled rows with their images decoded (and downscaled as training will); problems per bad row."""
+    rows, problems = [], []
+    for index in sample_indices(len(split)):
+        try:
+            row = split[index]
+            for image in row.get("images") or []:
+                image.load()
+                if max_image_size:
+                    image.thumbnail((max_image_size, max_image_size))
+        except Exception as err:  # any decoding failure is the data's problem, reported per row
+            problems.append(f"{path} [{name}] row {index}: image cannot be decoded ({type(err).__name__}: "
+                            f"{str(err).splitlines()[0] if str(err) else ''})")
+            continue
+        rows.append(row)
+    return rows, problems
+
+
+def load_processor(recipe):
+    """(processor, None) or (None, why it is not available here). Never loads model weights."""
+    from transformers import AutoProcessor
+    from transformers.utils import logging as hf_logging
+
+    source = recipe.model_path()
+    if os.path.isfile(os.path.join(source, "adapter_config.json")) and not common._has_processor(source):
+        import json
+
+        with open(os.path.join(source, "adapter_config.json")) as f:
+            source = json.load(f)["base_model_name_or_path"]
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # loading notes (deprecations) are not what a dry run reports
+    try:
+        return AutoProcessor.from_pretrained(source, revision=recipe.model_args.model_revision), None
+    except Exception as err:  # offline Hub, a missing optional dependency, a typo: all end the same way
+        if not os.path.isdir(source) and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+            why = f"the processor of {source!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"
+        else:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            why = f"the processor of {source!r} could not be loaded ({type(err).__name__}: {first})"
+        return None, why
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _length(processor, messages, images) -> int:
+    from trl.data_utils import prepare_multimodal_messages
+
+    conversation = prepare_multimodal_messages(list(messages), images=list(images or []))
+    return len(processor.apply_chat_template([conversation], tokenize=True, return_dict=True)["input_ids"][0])
+
+
+def row_length(processor, kind: str, method: str, row: dict) -> int:
+    """Tokens (image tokens included) the trainer sees for one row: the longer side of a pair; GRPO: the prompt."""
+    images = row.get("images")
+    if kind in ("critique-pref", "outcome-rm"):
+        return max(_length(processor, list(row["prompt"]) + list(row[side]), images) for side in ("chosen", "rejected"))
+    if method == "grpo":
+        return _length(processor, row["messages"][:-1], images)
+    return _length(processor, row["messages"], images)
+
+
+def processor_problems(recipe, processor) -> list[str]:
+    """Tokenizer and chat template properties the method relies on."""
+    problems = []
+    method, args = recipe.method, recipe.training_args
+    tokenizer = getattr(processor, "tokenizer", processor)
+    if method == "prm":
+        from stepcritic.data_prep import prompts
+        from stepcritic.train.prm import single_token_id
+
+        for judgement in (prompts.PRM_POSITIVE, prompts.PRM_NEGATIVE):
+            try:
+                single_token_id(tokenizer, judgement)
+            except ValueError as err:
+                problems.append(str(err))
+    if method in ("sft", "prm") and getattr(args, "assistant_only_loss", False):
+        from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+        if not has_generation_markers(processor.chat_template or ""):
+            try:
+                get_training_chat_template(processor)
+            except Exception as err:
+                problems.append(f"assistant_only_loss needs a chat template with {{% generation %}} markers, and TRL "
+                                f"cannot add them to this one ({str(err).splitlines()[0][:150]})")
+    return problems
+
+
+# ----------------------------------------------------------------------------- dry run
+
+def dry_run(recipe, out=None, err=None) -> int:
+    """Validate the recipe and its data, print the plan; 0 when all is well, 2 with one line per problem."""
+    from datasets import load_from_disk
+
+    out, err = out or sys.stdout, err or sys.stderr
+    args, targs = recipe.script_args, recipe.training_args
+    lines: list[tuple[str, str]] = []
+    problems: list[str] = []
+    lines.append(("method", f"{recipe.method} ({type(targs).__name__})"))
+    model = ("the offline tiny critic (stepcritic.train.tiny, " f"{args.tiny_model_arch})" if args.tiny_model
+             else recipe.model_args.model_name_or_path)
+    adapter = (f"LoRA r={recipe.model_args.lora_r} on the {'whole model' if args.lora_on_vision else 'language model'}"
+               if recipe.model_args.use_peft else "full fine-tuning")
+    lines.append(("model", f"{model}; {adapter}; vision tower {'frozen' if args.freeze_vision_tower else 'trained'}"))
+    for note in recipe.adjustments:
+        lines.append(("adjusted", note))
+
+    description, processes, launch_problems = launcher()
+    problems += launch_problems
+
+    data = None
+    try:
+        lines.append(("data", f"{args.dataset_path}: {check_dataset_kind(recipe)}"))
+        data = load_from_disk(args.dataset_path)
+    except DataContractError as error:
+        problems.append(str(error))
+    except Exception as error:  # a folder that datasets cannot read
+        problems.append(f"{args.dataset_path}: not loadable as a dataset ({type(error).__name__}: "
+                        f"{str(error).splitlines()[0][:200]})")
+
+    train_rows = 0
+    if data is not None:
+        split_issues = common.split_problems(recipe, data)
+        problems += split_issues
+        rows = {}
+        limits = {TRAIN: args.max_train_samples, args.eval_split: args.max_eval_samples}
+        for name in data:
+            n = len(data[name])
+            limit = limits.get(name)
+            rows[name] = min(n, limit) if limit else n
+        used = [name for name in (TRAIN, args.eval_split) if name and name in data]
+        evaluated = args.eval_split in data if args.eval_split else False
+        rows_text = ", ".join(f"{name} {rows[name]:,}" for name in data)
+        if evaluated:
+            when = (f"every {targs.eval_steps:g} steps" if targs.eval_strategy == "steps" else
+                    "every epoch" if targs.eval_strategy == "epoch" else "once, after training")
+            rows_text += f"; evaluates on {args.eval_split!r} {when}"
+        lines.append(("rows", rows_text))
+        train_rows = rows.get(TRAIN, 0)
+        if not split_issues:
+            sampled, images, largest = {}, 0, (0, 0)
+            for name in used:
+                try:
+                    common.check_images_for_zero3(data[name], f"{args.dataset_path} [{name}]")
+                except DataContractError as error:
+                    problems.append(str(error))
+                sampled[name], bad = decoded_rows(data[name], name, args.dataset_path, args.max_image_size)
+                problems += bad
+                for row in sampled[name]:
+                    for image in row.get("images") or []:
+                        images += 1
+                        largest = max(largest, image.size, key=lambda wh: wh[0] * wh[1])
+            n_sampled = sum(len(r) for r in sampled.values())
+            lines.append(("images", f"{images} image(s) in {n_sampled} sampled rows decode; largest "
+                                    f"{largest[0]}x{largest[1]} px"
+                                    + (f" (max_image_size {args.max_image_size})" if args.max_image_size else "")))
+            processor, why = load_processor(recipe)
+            if processor is None:
+                lines.append(("lengths", f"skipped: {why}"))
+            else:
+                problems += processor_problems(recipe, processor)
+                problems += _length_check(recipe, processor, sampled, lines)
+
+    lines.append(("launcher", description))
+    batch, steps = plan(recipe, train_rows, processes)
+    lines.append(("batch", f"global {batch}"))
+    lines.append(("steps", steps))
+    lines.append(("output", targs.output_dir))
+
+    if int(os.environ.get("RANK", "0") or 0) == 0:  # under `accelerate launch`, one report, not one per process
+        print(f"stepcritic train --dry-run: {recipe.source} (nothing trained, no model weights loaded)", file=out)
+        width = max(len(key) for key, _ in lines)
+        for key, value in lines:
+            print(f"  {key:<{width}}  {value}", file=out)
+        out.flush()
+        for problem in problems:
+            print(f"stepcritic train: error: {problem}", file=err)
+        print(f"dry run: {len(problems)} problem(s) found" if problems else "dry run: ok", file=out)
+    return 2 if problems else 0
+
+
+def _length_check(recipe, processor, sampled: dict, lines: list) -> list[str]:
+    """Token lengths of the sampled rows against max_length (GRPO has none: its prompts are reported)."""
+    args, targs = recipe.script_args, recipe.training_args
+    limit = getattr(targs, "max_length", None)
+    problems, lengths = [], []
+    for name, rows in sampled.items():
+        for row in rows:
+            try:
+                lengths.append((row_length(processor, args.dataset_kind, recipe.method, row), name))
+            except Exception as error:
+                problems.append(f"{args.dataset_path} [{name}]: the processor cannot encode a row "
+                                f"({type(error).__name__}: {str(error).splitlines()[0][:200]})")
+                return problems
+    if not lengths:
+        return problems
+    longest = max(length for length, _ in lengths)
+    what = "prompt tokens" if recipe.method == "grpo" else "tokens"
+    text = f"{len(lengths)} sampled rows, longest {longest:,} {what}"
+    if recipe.method == "grpo":
+        text += f" (+ up to {targs.max_completion_length} generated)"
+    elif limit:
+        over = [length for length, _ in lengths if length > limit]
+        text += f", max_length {limit:,}"
+        if over:
+            fate = "dropped" if recipe.method == "reward" else "cut, losing the end of the answer"
+            problems.append(f"{args.dataset_path}: {len(over)} of {len(lengths)} sampled rows are longer than "
+                            f"max_length {limit:,} (longest {longest:,} tokens) and would be {fate}; raise max_length "
+                            "or lower max_image_size")
+    lines.append(("lengths", text))
+    return problems
