@@ -82,6 +82,11 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     kind = recipe.script_args.dataset_kind
     reward = critique_reward if kind == "critique-sft" else verifier_reward
     model = common.prepare_model(recipe, model)
+    # TRL 1.16 left-pads the prompts it generates from, but re-encodes them for the training forward pass with
+    # the tokenizer's default side: with Qwen-VL (right by default) the image positions of `mm_token_type_ids`
+    # then miss the image tokens whenever prompts differ in length, and the rotary index fails (trl#5785).
+    tokenizer = getattr(processor, "tokenizer", processor)
+    tokenizer.padding_side = "left"
     return GRPOTrainer(model=model, reward_funcs=[reward], args=recipe.training_args,
                        train_dataset=as_prompts(train_data, kind), eval_dataset=as_prompts(eval_data, kind),
                        processing_class=processor)
