@@ -111,6 +111,15 @@ def prepare_model(recipe, model, task_type: str | None = "CAUSAL_LM"):
     return model
 
 
+def peak_gpu_memory_gib() -> float | None:
+    """Peak memory torch allocated on this process's GPU so far, in GiB (None without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_allocated() / 2**30, 2)
+
+
 def param_size(param) -> int:
     """Elements of a parameter, also under ZeRO-3 (which leaves an empty placeholder on each rank)."""
     return getattr(param, "ds_numel", None) or param.numel()

@@ -78,6 +78,10 @@ def train(recipe) -> dict:
     metrics = dict(result.metrics)
     if eval_data is not None:
         metrics.update(trainer.evaluate())
+    peak = common.peak_gpu_memory_gib()
+    if peak is not None:  # this process's peak, what the README's memory columns report
+        metrics["peak_gpu_memory_gib"] = peak
+        common.logger.info("peak GPU memory of this process: %.1f GiB", peak)
 
     trainer.save_model(args.output_dir)
     if trainer.is_world_process_zero():
