@@ -120,7 +120,7 @@ stage eval $PY -m stepcritic eval --chains "$OUT/data/heldout-chains" --limit "$
     echo
     echo "Evaluation (runs of ZeRO stage $last; random weights, so the numbers only show the path works):"
     echo
-    sed -n '/^| Judge/,/^$/p' "$OUT/eval/report.md"
+    awk '/^\| Judge/ { on = 1 } on && /^$/ { exit } on' "$OUT/eval/report.md" | sed "s#$OUT#OUT#g"  # the leaderboard
 } >> "$SUMMARY"
 echo "summary: $SUMMARY"
 cat "$SUMMARY"
