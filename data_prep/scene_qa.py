@@ -80,7 +80,38 @@ def _bigger(rng, items):
         return f"Is the {a.name} bigger than the {b.name}?", "yes" if a.size == "big" else "no"
 
 
-QUESTIONS = (_colour, _where, _what_at, _count_shape, _count_colour, _exists, _relation, _bigger)
+def _is_colour(rng, items):
+    once = [it for it in items if _unique(items, it.shape)]
+    if once:
+        it, colour = rng.choice(once), rng.choice(COLOUR_NAMES)
+        return f"Is the {it.shape} {colour}?", "yes" if colour == it.colour else "no"
+
+
+def _is_at(rng, items):
+    it, row, col = rng.choice(items), rng.randrange(3), rng.randrange(3)
+    return f"Is the {it.name} at the {CELL_NAMES[row][col]}?", "yes" if (it.row, it.col) == (row, col) else "no"
+
+
+def _is_count(rng, items):
+    shape, k = rng.choice(SHAPES), rng.randint(1, 3)
+    plural = PLURALS[shape] if k > 1 else shape
+    return f"{'Are there' if k > 1 else 'Is there'} {k} {plural}?", "yes" if sum(it.shape == shape for it in items) == k else "no"
+
+
+def _sum(rng, items):
+    a, b = rng.sample(SHAPES, 2)
+    total = sum(it.shape in (a, b) for it in items)
+    return f"How many {PLURALS[a]} and {PLURALS[b]} are there altogether?", str(total)
+
+
+def _more(rng, items):
+    c1, c2 = rng.sample(COLOUR_NAMES, 2)
+    more = sum(it.colour == c1 for it in items) > sum(it.colour == c2 for it in items)
+    return f"Are there more {c1} shapes than {c2} shapes?", "yes" if more else "no"
+
+
+QUESTIONS = (_colour, _where, _what_at, _count_shape, _count_colour, _exists, _relation, _bigger, _is_colour, _is_at,
+             _is_count, _sum, _more)
 
 
 def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96,

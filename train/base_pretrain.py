@@ -87,9 +87,9 @@ def answer_accuracy(model, batch) -> float:
 
 def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int = 16, learning_rate: float = 1e-3,
                   image_size: int = 96, device: str | None = None, bf16: bool = False, workers: int = 0,
-                  log_every: int = 100) -> dict:
+                  log_every: int = 100, max_seconds: float | None = None) -> dict:
     """Train `model`'s language model and projector in place (vision tower frozen); returns the last logged loss
-    and the answer-token accuracy on fresh scenes."""
+    and the answer-token accuracy on fresh scenes. `max_seconds` stops early (the schedule is not stretched)."""
     import torch
 
     from stepcritic.train import archs
@@ -115,10 +115,14 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimizer.step()
         schedule.step()
-        if (step + 1) % log_every == 0 or step + 1 == steps:
+        out_of_time = max_seconds is not None and time.perf_counter() - start > max_seconds
+        if (step + 1) % log_every == 0 or step + 1 == steps or out_of_time:
             loss_value = loss.item()
             logger.info("base pre-training step %d/%d: loss %.4f (%.1f s)", step + 1, steps, loss_value,
                         time.perf_counter() - start)
+        if out_of_time:
+            steps = step + 1
+            break
     model.eval()
     held_out = SceneConversations(processor, seed + 10_000, image_size).batches(64)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):

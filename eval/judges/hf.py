@@ -12,7 +12,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply, to_pil
+from stepcritic.eval.judges.base import Critique
+from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply, critique_from_reply, to_pil
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CONTENT_HASH_LIMIT = 256 * 2**20  # hash the bytes of weight files up to this size (adapters), else size+mtime
@@ -50,15 +51,19 @@ def weights_digest(path: str) -> str:
 class HFJudge(GenerativeJudge):
     kind = "hf"
     OPTIONS = {**{k: v for k, v in GenerativeJudge.OPTIONS.items() if k != "max_tokens"},
-               "max_new_tokens": int, "dtype": str, "device": str}
+               "max_new_tokens": int, "dtype": str, "device": str, "structured": bool}
     RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"device"}
 
     def __init__(self, spec: str, target: str | None = None, max_new_tokens: int = 256, dtype: str = "auto",
-                 device: str | None = None, **options):
+                 device: str | None = None, structured: bool = False, **options):
         if not target:
             raise ValueError("the hf judge needs a model folder or Hub id: hf:MODEL_DIR")
-        super().__init__(spec, target=target, max_tokens=max_new_tokens, dtype=dtype, device=device, **options)
-        self.dtype, self.device = dtype, device
+        extra = {"structured": True} if structured else {}  # only when set, so existing caches keep their keys
+        super().__init__(spec, target=target, max_tokens=max_new_tokens, dtype=dtype, device=device, **options,
+                         **extra)
+        if structured and (self.mode != "critique" or self.strategy != "direct"):
+            raise ValueError("structured=true decodes critiques: it needs mode=critique and strategy=direct")
+        self.dtype, self.device, self.structured = dtype, device, structured
         self._model = self._processor = None
 
     def fingerprint_extra(self) -> dict:
@@ -77,6 +82,22 @@ class HFJudge(GenerativeJudge):
             processor.tokenizer.padding_side = "left"
             self._processor = processor
         return self._model, self._processor
+
+    def judge_batch(self, chains: list[dict]) -> list[Critique]:
+        if not self.structured:
+            return super().judge_batch(chains)
+        from stepcritic.eval.judges.structured import StructuredDecoder
+
+        model, processor = self._load()
+        decoder = StructuredDecoder(model, processor)
+        critiques = []
+        for chain in chains:
+            prompt = self.critique_prompt(chain)
+            text = processor.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=False)
+            image = to_pil(prompt.images[0]) if prompt.images else None
+            reply = Reply(text=decoder.critique(text, image, len(chain["steps"])))
+            critiques.append(critique_from_reply(chain, reply))
+        return critiques
 
     def generate(self, prompts: list[Prompt]) -> list[Reply]:
         import torch
