@@ -35,6 +35,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--n", type=int, default=1000, help="number of chains (default 1000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--image-size", type=int, default=96, help="image side in pixels (default 96)")
+    p.add_argument("--level", choices=("standard", "easy"), default="standard",
+                   help="standard: 3-5 shapes per scene, every question kind (default); easy: 1-2 shapes, "
+                        "perception questions only (what a from-scratch critic learns on a CPU)")
     p.add_argument("--out", required=True, help="output folder for the chains dataset")
 
     p = sub.add_parser("build", help="build a training dataset (SFT, preference, reward) from canonical chains",
@@ -77,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     if args.data_command == "synth":
         from stepcritic.data_prep.synth import synthesize_to_disk
 
-        stats = synthesize_to_disk(args.n, args.seed, args.out, image_size=args.image_size)
+        stats = synthesize_to_disk(args.n, args.seed, args.out, image_size=args.image_size, level=args.level)
         print(f"synthesised {_summary(stats, ('n_chains', 'n_steps', 'n_groups'))} -> {args.out}")
         return 0
     if args.data_command == "build":

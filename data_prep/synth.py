@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from stepcritic.data_prep import schema
@@ -50,6 +50,28 @@ COUNTS = (1, 2, 3)  # every counted quantity is drawn uniformly from these, so a
 TOTAL_WEIGHTS = {2: 1, 3: 2, 4: 3, 5: 2, 6: 1}
 AXES = {"horizontal": ("to the left of", "to the right of"), "vertical": ("above", "below")}
 QUESTION_WEIGHTS = {"colour": 1, "count": 1, "existence": 1, "relation": 1, "size": 1, "sum": 1.5, "compare": 1.5}
+
+
+@dataclass(frozen=True)
+class Level:
+    """How cluttered scenes are and which questions are asked. Every level keeps the label rules and the
+    no-text-shortcut property; an easier one only leaves fewer shapes for a step to be confused with."""
+
+    scene: tuple[int, int] = (3, 5)            # shapes in a scene asked about one or two of them
+    count_others: tuple[int, int] = (1, 3)     # shapes besides the counted kind
+    sum_others: tuple[int, int] = (0, 2)       # shapes of neither summed kind
+    compare_others: tuple[int, int] = (0, 2)   # shapes of neither compared colour
+    present_others: tuple[int, int] = (2, 4)   # shapes besides the one an existence question asks about
+    question_weights: dict = field(default_factory=lambda: dict(QUESTION_WEIGHTS))
+
+
+LEVELS = {
+    "standard": Level(),
+    # one or two shapes, perception questions only: what a from-scratch critic learns in minutes of CPU
+    "easy": Level(scene=(1, 2), count_others=(0, 1), sum_others=(0, 0), compare_others=(0, 0),
+                  present_others=(0, 1), question_weights={"colour": 1, "count": 1, "existence": 1, "relation": 1,
+                                                           "size": 1}),
+}
 
 
 # ----------------------------------------------------------------------------- claims
@@ -273,16 +295,16 @@ def _palette(rng) -> list[str]:
     return rng.sample(SHAPES, len(SHAPES) - 1)
 
 
-def _scene(rng, accept: Callable[[list[Item]], bool]) -> list[Item]:
+def _scene(rng, accept: Callable[[list[Item]], bool], level: Level) -> list[Item]:
     palette = _palette(rng)
     while True:
-        items = place(rng, random_pairs(rng, rng.randint(3, 5), shapes=palette))
+        items = place(rng, random_pairs(rng, rng.randint(*level.scene), shapes=palette))
         if accept(items):
             return items
 
 
-def _colour_question(rng) -> Question:
-    items = _scene(rng, lambda its: any(_shape_unique(its, it.shape) for it in its))
+def _colour_question(rng, level: Level = LEVELS['standard']) -> Question:
+    items = _scene(rng, lambda its: any(_shape_unique(its, it.shape) for it in its), level)
     target = rng.choice([it for it in items if _shape_unique(items, it.shape)])
 
     def plan(rng):
@@ -292,10 +314,10 @@ def _colour_question(rng) -> Question:
                     [target])
 
 
-def _count_question(rng) -> Question:
+def _count_question(rng, level: Level = LEVELS['standard']) -> Question:
     (shape, *others), k = _palette(rng), rng.choice(COUNTS)
     pairs = [(shape, c) for c in rng.sample(COLOUR_NAMES, k)]
-    items = place(rng, pairs + random_pairs(rng, rng.randint(1, 3), shapes=others))
+    items = place(rng, pairs + random_pairs(rng, rng.randint(*level.count_others), shapes=others))
 
     def plan(rng):
         context = [kinds_claim(items)] if rng.random() < 0.5 else []
@@ -305,10 +327,10 @@ def _count_question(rng) -> Question:
                     [it for it in items if it.shape == shape])
 
 
-def _sum_question(rng) -> Question:
+def _sum_question(rng, level: Level = LEVELS['standard']) -> Question:
     (s1, s2, other), a, b = _palette(rng), rng.choice(COUNTS), rng.choice(COUNTS)
     pairs = [(s1, c) for c in rng.sample(COLOUR_NAMES, a)] + [(s2, c) for c in rng.sample(COLOUR_NAMES, b)]
-    items = place(rng, pairs + random_pairs(rng, rng.randint(0, 2), shapes=[other]))
+    items = place(rng, pairs + random_pairs(rng, rng.randint(*level.sum_others), shapes=[other]))
 
     def plan(rng):
         context = [kinds_claim(items)] if rng.random() < 0.4 else []
@@ -320,12 +342,13 @@ def _sum_question(rng) -> Question:
                     [it for it in items if it.shape in (s1, s2)])
 
 
-def _compare_question(rng) -> Question:
+def _compare_question(rng, level: Level = LEVELS['standard']) -> Question:
     (c1, c2), (a, b) = rng.sample(COLOUR_NAMES, 2), rng.sample(COUNTS, 2)
     palette = _palette(rng)
     pairs = [(s, c1) for s in rng.sample(palette, a)] + [(s, c2) for s in rng.sample(palette, b)]
     others = [c for c in COLOUR_NAMES if c not in (c1, c2)]
-    items = place(rng, pairs + random_pairs(rng, rng.randint(0, 2), shapes=palette, colours=others))
+    extra = random_pairs(rng, rng.randint(*level.compare_others), shapes=palette, colours=others)
+    items = place(rng, pairs + extra)
     reference = "yes" if a > b else "no"
 
     def answer(order):
@@ -342,15 +365,16 @@ def _compare_question(rng) -> Question:
                     [it for it in items if it.colour in (c1, c2)])
 
 
-def _existence_question(rng) -> Question:
+def _existence_question(rng, level: Level = LEVELS['standard']) -> Question:
     palette = _palette(rng)
     if rng.random() < 0.5:  # ask about a shape of the palette: it is there
         shape = rng.choice(palette)
         first = (shape, rng.choice(COLOUR_NAMES))
-        items = place(rng, [first] + random_pairs(rng, rng.randint(2, 4), shapes=palette, taken=[first]))
+        items = place(rng, [first] + random_pairs(rng, rng.randint(*level.present_others), shapes=palette,
+                                                        taken=[first]))
     else:  # ask about the shape left out
         shape = next(s for s in SHAPES if s not in palette)
-        items = place(rng, random_pairs(rng, rng.randint(3, 5), shapes=palette))
+        items = place(rng, random_pairs(rng, rng.randint(*level.scene), shapes=palette))
     reference = "yes" if any(it.shape == shape for it in items) else "no"
 
     def plan(rng):
@@ -360,10 +384,10 @@ def _existence_question(rng) -> Question:
                     [it for it in items if it.shape == shape])
 
 
-def _relation_question(rng) -> Question:
+def _relation_question(rng, level: Level = LEVELS['standard']) -> Question:
     axis = rng.choice(sorted(AXES))
     key = (lambda it: it.col) if axis == "horizontal" else (lambda it: it.row)
-    items = _scene(rng, lambda its: len({key(it) for it in its}) > 1)
+    items = _scene(rng, lambda its: len({key(it) for it in its}) > 1, level)
     a, b = rng.choice([(x, y) for x in items for y in items if key(x) != key(y)])
     asked = rng.choice(AXES[axis])
     relation = relation_claim(a, b, axis)
@@ -377,8 +401,8 @@ def _relation_question(rng) -> Question:
                     [a, b])
 
 
-def _size_question(rng) -> Question:
-    items = _scene(rng, lambda its: len({it.size for it in its}) > 1)
+def _size_question(rng, level: Level = LEVELS['standard']) -> Question:
+    items = _scene(rng, lambda its: len({it.size for it in its}) > 1, level)
     a, b = rng.choice([(x, y) for x in items for y in items if x.size != y.size])
     reference = "yes" if a.size == "big" else "no"
 
@@ -396,9 +420,10 @@ QUESTIONS = {"colour": _colour_question, "count": _count_question, "existence": 
              "compare": _compare_question}
 
 
-def sample_question(rng) -> Question:
-    kind = rng.choices(list(QUESTION_WEIGHTS), weights=list(QUESTION_WEIGHTS.values()))[0]
-    return QUESTIONS[kind](rng)
+def sample_question(rng, level: Level = LEVELS["standard"]) -> Question:
+    weights = level.question_weights
+    kind = rng.choices(list(weights), weights=list(weights.values()))[0]
+    return QUESTIONS[kind](rng, level)
 
 
 def bystander_claim(question: Question, rng) -> Claim:
@@ -569,11 +594,12 @@ def _chain_steps(question: Question, rng, scale: float) -> tuple[list[dict], lis
 
 
 def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: int, group: int,
-                image_size: int) -> dict:
+                image_size: int, level: str) -> dict:
     wrong = [not s["correct"] for s in steps]
     first_wrong = wrong.index(True) if True in wrong else len(steps)
     return {
         "generator": "stepcritic.data_prep.synth", "seed": seed, "group": group, "image_size": image_size,
+        "level": level,
         "question_type": question.kind, "scene": [item.as_dict() for item in question.items],
         "step_templates": [n.template for n in notes], "step_faults": [n.fault for n in notes],
         "independent_after_error": any(not w for w in wrong[first_wrong + 1:]),
@@ -582,22 +608,25 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
 
 
 def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question: int = 3,
-               error_rate: float | None = None) -> list[dict]:
+               error_rate: float | None = None, level: str = "standard") -> list[dict]:
     """`n` validated chains (schema.validate_chain) over rendered scenes; same arguments, same output.
 
     One chain of each group (when a group has several) is a clean reference, so a group
     nearly always holds a fully correct and a faulty chain. In the others each step goes wrong with
     a per-template chance (`OWN_FAULT_RATES`, about 0.3 on average); `error_rate` rescales those
     chances to that mean (0 gives only clean chains). Group g depends only on (seed, g), so a
-    smaller `n` gives a prefix of a larger one.
+    smaller `n` gives a prefix of a larger one. `level` picks the scenes' clutter and the question mix
+    (`LEVELS`: "standard", the default dataset, or "easy").
     """
     if n < 0 or chains_per_question < 1:
         raise ValueError("n must be >= 0 and chains_per_question >= 1")
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; choose one of {sorted(LEVELS)}")
     scale = 1.0 if error_rate is None else error_rate / NOMINAL_FAULT_RATE
     chains: list[dict] = []
     for group in range(math.ceil(n / chains_per_question)):
         rng = random.Random(f"stepcritic-synth/{seed}/{group}")
-        question = sample_question(rng)
+        question = sample_question(rng, LEVELS[level])
         image = {"bytes": render_png(question.items, image_size), "path": None}
         clean_reference = rng.randrange(chains_per_question) if chains_per_question > 1 else None
         for k in range(chains_per_question):
@@ -609,7 +638,7 @@ def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question:
                 "chain_id": chain_id, "source": "synthetic", "generator": "synth", "image": image,
                 "question": question.text, "reference_answer": question.reference, "final_answer": str(final),
                 "answer_correct": str(final) == question.reference, "category": question.category,
-                "steps": steps, "meta": _chain_meta(question, notes, steps, seed, group, image_size),
+                "steps": steps, "meta": _chain_meta(question, notes, steps, seed, group, image_size, level),
             }
             chains.append(schema.validate_chain(record, where=chain_id))
     return chains

@@ -332,3 +332,20 @@ def test_duplicate_texts_carry_both_labels_at_similar_rates():
     # each sentence's error rate is the overall one up to sampling noise (4 binomial standard errors)
     assert all(abs(rate - overall) < 4 * np.sqrt(overall * (1 - overall) / n) for rate, n in frequent)
     assert np.mean([abs(rate - overall) for rate, _ in frequent]) < 0.08
+
+
+def test_easy_level_has_fewer_shapes_and_still_no_text_shortcut():
+    easy = synth.synthesize(2000, seed=0, level="easy")
+    scenes = [schema_meta["scene"] for schema_meta in (json.loads(c["meta"]) for c in easy)]
+    counted = collections.Counter(len(s) for s in scenes)
+    assert max(counted) <= 5 and np.mean([len(s) for s in scenes]) < 2.6  # standard scenes hold 3-5 shapes
+    assert {json.loads(c["meta"])["level"] for c in easy} == {"easy"}
+    assert {c["category"] for c in easy} == {"perception"}
+    train, test = _step_rows(easy, lambda s: True), _step_rows(synth.synthesize(2000, seed=1, level="easy"),
+                                                                 lambda s: True)
+    assert abs(_auc(train, test) - 0.5) < 0.07
+
+
+def test_unknown_level_is_refused():
+    with pytest.raises(ValueError, match="unknown level"):
+        synth.synthesize(3, level="hard")

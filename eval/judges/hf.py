@@ -89,7 +89,7 @@ class HFJudge(GenerativeJudge):
         from stepcritic.eval.judges.structured import StructuredDecoder
 
         model, processor = self._load()
-        decoder = StructuredDecoder(model, processor)
+        decoder = StructuredDecoder(model, processor, max_explanation_tokens=min(self.max_tokens, 48))
         critiques = []
         for chain in chains:
             prompt = self.critique_prompt(chain)
