@@ -11,6 +11,10 @@
         `training_flops`) and, on a GPU, peak memory and model FLOPs utilisation = model FLOP/s / peak, the
         peak being the GPU's dense bf16 rate in PEAK_FLOPS.
 
+    python -m stepcritic.train.bench --masks [--batch-size B]
+        Encoding B PRM conversations with assistant-token masks (what TRL's collator does every step):
+        transformers' own mask loop vs `train.fast_masks`.
+
     python -m stepcritic.train.bench --prm-vs-generate [--chains N] [--batch-size B] [--model PATH]
         Judging 5-step chains: the PRM scorer's one forward pass vs the same model writing a full JSON
         critique (greedy, exactly as many tokens as the longest gold critique). Reports chains/s for both.
@@ -243,6 +247,39 @@ def prm_vs_generate(model_path: str | None, n_chains: int, batch_size: int, roun
             "threads": torch.get_num_threads()}
 
 
+def assistant_masks(n_rows: int, rounds: int = 5) -> dict:
+    """Encoding `n_rows` PRM conversations (5-step chains) with their assistant-token masks, as TRL's collator
+    does every step: transformers' own mask loop vs `fast_masks` (median of `rounds`, same process)."""
+    import statistics
+
+    from trl.data_utils import prepare_multimodal_messages
+    from transformers.processing_utils import ProcessorMixin
+
+    from stepcritic.data_prep import prompts
+    from stepcritic.train import fast_masks
+    from stepcritic.train.prm import chain_image
+    from stepcritic.train.tiny import load_critic, tiny_critic_path
+
+    _, processor = load_critic(tiny_critic_path())
+    conversations = [prepare_multimodal_messages(prompts.prm_messages(c), images=[chain_image(c["image"])])
+                     for c in five_step_chains(n_rows)]
+
+    def encode():
+        processor.apply_chat_template(conversations, tokenize=True, return_dict=True, return_tensors="pt",
+                                      return_assistant_tokens_mask=True, processor_kwargs={"padding": True})
+
+    fast_masks.install()
+    fast, slow = ProcessorMixin._adjust_assistant_masks_indices, ProcessorMixin._slow_adjust_assistant_masks_indices
+    seconds = {}
+    for name, method in (("transformers", slow), ("fast_masks", fast)):
+        ProcessorMixin._adjust_assistant_masks_indices = method
+        seconds[name] = statistics.median(_timed(encode) for _ in range(rounds))
+    ProcessorMixin._adjust_assistant_masks_indices = fast
+    return {"rows": n_rows, "steps_per_row": 5, "timing": f"median of {rounds}",
+            **{f"{k}_s": round(v, 4) for k, v in seconds.items()},
+            "speedup": round(seconds["transformers"] / seconds["fast_masks"], 1)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stepcritic.train.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -253,11 +290,15 @@ def main(argv=None) -> int:
     parser.add_argument("--image-size", type=int,
                         help="one random image of this side (px) per sample, Qwen2-VL family (default: text only)")
     parser.add_argument("--prm-vs-generate", action="store_true")
+    parser.add_argument("--masks", action="store_true",
+                        help="assistant-mask encoding of --batch-size PRM rows: transformers vs fast_masks")
     parser.add_argument("--model", help="PRM folder for --prm-vs-generate (default: the tiny critic)")
     parser.add_argument("--chains", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
     args, overrides = parser.parse_known_args(argv)
-    if args.prm_vs_generate:
+    if args.masks:
+        report = assistant_masks(args.batch_size)
+    elif args.prm_vs_generate:
         report = prm_vs_generate(args.model, args.chains, args.batch_size)
     elif args.config:
         from stepcritic.train.config import parse_recipe
@@ -265,7 +306,7 @@ def main(argv=None) -> int:
         report = train_throughput(parse_recipe(args.config, overrides), args.steps, args.real_size, args.seq_len,
                                   args.image_size)
     else:
-        parser.error("give --config RECIPE or --prm-vs-generate")
+        parser.error("give --config RECIPE, --prm-vs-generate or --masks")
     print(json.dumps(report, indent=2))
     return 0
 
