@@ -15,6 +15,7 @@ import importlib.util
 import math
 import os
 import sys
+import time
 
 from stepcritic.data_prep import contract
 from stepcritic.data_prep.contract import TRAIN, DataContractError
@@ -215,93 +216,91 @@ def processor_problems(recipe, processor) -> list[str]:
 
 def dry_run(recipe, out=None, err=None) -> int:
     """Validate the recipe and its data, print the plan; 0 when all is well, 2 with one line per problem."""
+    args, targs = recipe.script_args, recipe.training_args
+    model = (f"the offline tiny critic (stepcritic.train.tiny, {args.tiny_model_arch})" if args.tiny_model
+             else recipe.model_args.model_name_or_path)
+    where = "whole model" if args.lora_on_vision else "language model"
+    adapter = f"LoRA r={recipe.model_args.lora_r} on the {where}" if recipe.model_args.use_peft else "full fine-tuning"
+    tower = "frozen" if args.freeze_vision_tower else "trained"
+    lines = [("method", f"{recipe.method} ({type(targs).__name__})"),
+             ("model", f"{model}; {adapter}; vision tower {tower}"),
+             *(("adjusted", note) for note in recipe.adjustments)]
+    description, processes, problems = launcher()
+    train_rows = _check_data(recipe, lines, problems)
+    batch, steps = plan(recipe, train_rows, processes)
+    lines += [("launcher", description), ("batch", f"global {batch}"), ("steps", steps), ("output", targs.output_dir)]
+    if int(os.environ.get("RANK", "0") or 0) == 0:  # under `accelerate launch`, one report, not one per process
+        _report(recipe, lines, problems, out or sys.stdout, err or sys.stderr)
+    return 2 if problems else 0
+
+
+def _report(recipe, lines, problems, out, err) -> None:
+    print(f"stepcritic train --dry-run: {recipe.source} (no training; model weights are not loaded)", file=out)
+    width = max(len(key) for key, _ in lines)
+    for key, value in lines:
+        print(f"  {key:<{width}}  {value}", file=out)
+    out.flush()
+    for problem in problems:
+        print(f"stepcritic train: error: {problem}", file=err)
+    print(f"dry run: {len(problems)} problem(s) found" if problems else "dry run: ok", file=out)
+
+
+def _check_data(recipe, lines: list, problems: list) -> int:
+    """The data checks of a dry run (appending to `lines` and `problems`); returns the training rows."""
     from datasets import load_from_disk
 
-    out, err = out or sys.stdout, err or sys.stderr
     args, targs = recipe.script_args, recipe.training_args
-    lines: list[tuple[str, str]] = []
-    problems: list[str] = []
-    lines.append(("method", f"{recipe.method} ({type(targs).__name__})"))
-    model = ("the offline tiny critic (stepcritic.train.tiny, " f"{args.tiny_model_arch})" if args.tiny_model
-             else recipe.model_args.model_name_or_path)
-    adapter = (f"LoRA r={recipe.model_args.lora_r} on the {'whole model' if args.lora_on_vision else 'language model'}"
-               if recipe.model_args.use_peft else "full fine-tuning")
-    lines.append(("model", f"{model}; {adapter}; vision tower {'frozen' if args.freeze_vision_tower else 'trained'}"))
-    for note in recipe.adjustments:
-        lines.append(("adjusted", note))
-
-    description, processes, launch_problems = launcher()
-    problems += launch_problems
-
-    data = None
     try:
         lines.append(("data", f"{args.dataset_path}: {check_dataset_kind(recipe)}"))
         data = load_from_disk(args.dataset_path)
     except DataContractError as error:
         problems.append(str(error))
+        return 0
     except Exception as error:  # a folder that datasets cannot read
         problems.append(f"{args.dataset_path}: not loadable as a dataset ({type(error).__name__}: "
                         f"{str(error).splitlines()[0][:200]})")
+        return 0
 
-    train_rows = 0
-    if data is not None:
-        split_issues = common.split_problems(recipe, data)
-        problems += split_issues
-        rows = {}
-        limits = {TRAIN: args.max_train_samples, args.eval_split: args.max_eval_samples}
-        for name in data:
-            n = len(data[name])
-            limit = limits.get(name)
-            rows[name] = min(n, limit) if limit else n
-        used = [name for name in (TRAIN, args.eval_split) if name and name in data]
-        evaluated = args.eval_split in data if args.eval_split else False
-        rows_text = ", ".join(f"{name} {rows[name]:,}" for name in data)
-        if evaluated:
-            when = (f"every {targs.eval_steps:g} steps" if targs.eval_strategy == "steps" else
-                    "every epoch" if targs.eval_strategy == "epoch" else "once, after training")
-            rows_text += f"; evaluates on {args.eval_split!r} {when}"
-        lines.append(("rows", rows_text))
-        train_rows = rows.get(TRAIN, 0)
-        if not split_issues:
-            sampled, images, largest = {}, 0, (0, 0)
-            for name in used:
-                try:
-                    common.check_images_for_zero3(data[name], f"{args.dataset_path} [{name}]")
-                except DataContractError as error:
-                    problems.append(str(error))
-                sampled[name], bad = decoded_rows(data[name], name, args.dataset_path, args.max_image_size)
-                problems += bad
-                for row in sampled[name]:
-                    for image in row.get("images") or []:
-                        images += 1
-                        largest = max(largest, image.size, key=lambda wh: wh[0] * wh[1])
-            n_sampled = sum(len(r) for r in sampled.values())
-            lines.append(("images", f"{images} image(s) in {n_sampled} sampled rows decode; largest "
-                                    f"{largest[0]}x{largest[1]} px"
-                                    + (f" (max_image_size {args.max_image_size})" if args.max_image_size else "")))
-            processor, why = load_processor(recipe)
-            if processor is None:
-                lines.append(("lengths", f"skipped: {why}"))
-            else:
-                problems += processor_problems(recipe, processor)
-                problems += _length_check(recipe, processor, sampled, lines)
+    limits = {TRAIN: args.max_train_samples, args.eval_split: args.max_eval_samples}
+    rows = {name: min(len(data[name]), limits.get(name) or len(data[name])) for name in data}
+    rows_text = ", ".join(f"{name} {n:,}" for name, n in rows.items())
+    if args.eval_split in data:
+        when = (f"every {targs.eval_steps:g} steps" if targs.eval_strategy == "steps" else
+                "every epoch" if targs.eval_strategy == "epoch" else "once, after training")
+        rows_text += f"; evaluates on {args.eval_split!r} {when}"
+    lines.append(("rows", rows_text))
+    split_issues = common.split_problems(recipe, data)
+    problems += split_issues
+    if split_issues:
+        return rows.get(TRAIN, 0)
 
-    lines.append(("launcher", description))
-    batch, steps = plan(recipe, train_rows, processes)
-    lines.append(("batch", f"global {batch}"))
-    lines.append(("steps", steps))
-    lines.append(("output", targs.output_dir))
+    sampled, images = {}, []
+    for name in (TRAIN, args.eval_split):
+        if not name or name not in data:
+            continue
+        try:
+            common.check_images_for_zero3(data[name], f"{args.dataset_path} [{name}]")
+        except DataContractError as error:
+            problems.append(str(error))
+        sampled[name], bad = decoded_rows(data[name], name, args.dataset_path, args.max_image_size)
+        problems += bad
+        images += [image for row in sampled[name] for image in row.get("images") or []]
+    largest = max((image.size for image in images), key=lambda wh: wh[0] * wh[1], default=(0, 0))
+    lines.append(("images", f"{len(images)} image(s) in {sum(map(len, sampled.values()))} sampled rows decode; "
+                            f"largest {largest[0]}x{largest[1]} px"
+                            + (f" (max_image_size {args.max_image_size})" if args.max_image_size else "")))
 
-    if int(os.environ.get("RANK", "0") or 0) == 0:  # under `accelerate launch`, one report, not one per process
-        print(f"stepcritic train --dry-run: {recipe.source} (nothing trained, no model weights loaded)", file=out)
-        width = max(len(key) for key, _ in lines)
-        for key, value in lines:
-            print(f"  {key:<{width}}  {value}", file=out)
-        out.flush()
-        for problem in problems:
-            print(f"stepcritic train: error: {problem}", file=err)
-        print(f"dry run: {len(problems)} problem(s) found" if problems else "dry run: ok", file=out)
-    return 2 if problems else 0
+    started = time.monotonic()
+    processor, why = load_processor(recipe)
+    if args.tiny_model and time.monotonic() - started > 5:  # the model's own weights are still not loaded
+        lines.append(("tiny", f"built the offline tiny critic to read its processor ({time.monotonic() - started:.0f}"
+                              " s, first use only: cached under $STEPCRITIC_CACHE or ~/.cache/stepcritic)"))
+    if processor is None:
+        lines.append(("lengths", f"skipped: {why}"))
+    else:
+        problems += processor_problems(recipe, processor)
+        problems += _length_check(recipe, processor, sampled, lines)
+    return rows.get(TRAIN, 0)
 
 
 def _length_check(recipe, processor, sampled: dict, lines: list) -> list[str]:
