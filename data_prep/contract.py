@@ -26,19 +26,22 @@ DATASET_DICT_FILE = "dataset_dict.json"
 
 @dataclass(frozen=True)
 class Kind:
-    columns: tuple[str, ...]
+    columns: tuple[str, ...]  # what `data build` writes
+    required: tuple[str, ...]  # what training reads (ids and provenance columns are optional in users' data)
     methods: tuple[str, ...]  # the `method` values of a recipe that train on this kind
 
 
-_IDS = ("images", "chain_id", "group_id")
+_IDS = ("chain_id", "group_id")
+_PAIR = ("prompt", "chosen", "rejected", "images")
 # Order matters: for a method fed by several kinds, the first one listed here is its default.
 KINDS = {
-    "critique-sft": Kind(("messages", *_IDS), ("sft", "grpo")),
-    "verifier-sft": Kind(("messages", "task", "label", "step_index", *_IDS), ("sft", "grpo")),
-    "prm-sft": Kind(("messages", *_IDS), ("prm",)),
-    "critique-pref": Kind(("prompt", "chosen", "rejected", "corruption", *_IDS), ("dpo",)),
-    "outcome-rm": Kind(("prompt", "chosen", "rejected", "images", "chosen_chain_id", "rejected_chain_id",
-                        "group_id"), ("reward",)),
+    "critique-sft": Kind(("messages", "images", *_IDS), ("messages", "images"), ("sft", "grpo")),
+    # GRPO's verifier reward compares the sampled reply with `label` for `task`
+    "verifier-sft": Kind(("messages", "images", "task", "label", "step_index", *_IDS),
+                         ("messages", "images", "task", "label"), ("sft", "grpo")),
+    "prm-sft": Kind(("messages", "images", *_IDS), ("messages", "images"), ("prm",)),
+    "critique-pref": Kind((*_PAIR, "corruption", *_IDS), _PAIR, ("dpo",)),
+    "outcome-rm": Kind((*_PAIR, "chosen_chain_id", "rejected_chain_id", "group_id"), _PAIR, ("reward",)),
 }
 KIND_NAMES = tuple(KINDS)
 # method -> the kinds it trains on, default first. GRPO samples its own completions: it takes the critique
@@ -81,6 +84,6 @@ def built_kind(path: str, expected: str) -> str | None:
 
 
 def missing_columns(kind: str, columns) -> list[str]:
-    """The columns `kind` needs that `columns` lacks (extra columns are allowed)."""
+    """The columns training on `kind` reads that `columns` lacks (extra columns are allowed)."""
     present = set(columns)
-    return [column for column in KINDS[kind].columns if column not in present]
+    return [column for column in KINDS[kind].required if column not in present]

@@ -110,6 +110,7 @@ def overrides_for(path, built, checkpoints, output_dir=None):
 def test_contract_matches_the_builders_and_the_recipes():
     for kind in contract.KIND_NAMES:
         assert set(build.features(kind)) == set(contract.KINDS[kind].columns), kind
+        assert set(contract.KINDS[kind].required) <= set(contract.KINDS[kind].columns), kind
     assert set(DATASET_KINDS) == set(contract.METHOD_KINDS)
     for path in RECIPES:
         recipe = parse_recipe(path)
@@ -242,6 +243,19 @@ def test_training_refuses_the_wrong_kind_before_loading_the_model(built, monkeyp
     recipe = parse_recipe(RECIPES_DIR / "tiny" / "critique-sft.yaml",
                           ["--dataset_path", built["verifier-sft"], "--dataset_kind", "critique-sft"])
     with pytest.raises(contract.DataContractError, match="the recipe sets dataset_kind 'critique-sft'"):
+        train(recipe)
+
+
+def test_own_data_without_build_stats_is_checked_by_its_columns(tmp_path, monkeypatch):
+    from datasets import Dataset, DatasetDict
+
+    from stepcritic.train import common
+    from stepcritic.train.run import train
+
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    DatasetDict(train=Dataset.from_dict({"prompt": ["a"], "chosen": ["b"]})).save_to_disk(str(tmp_path / "own"))
+    recipe = parse_recipe(RECIPES_DIR / "tiny" / "prm.yaml", ["--dataset_path", str(tmp_path / "own")])
+    with pytest.raises(contract.DataContractError, match=r"lack \['messages', 'images'\], which kind 'prm-sft' needs"):
         train(recipe)
 
 
