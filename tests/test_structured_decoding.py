@@ -30,7 +30,8 @@ def test_structured_critiques_parse_for_every_chain_length(untrained_critic):
 
 
 def test_choose_picks_the_likelier_continuation(untrained_critic):
-    """The verdict is the option the model itself scores higher: checked against a direct computation."""
+    """The verdict is the option the model itself scores higher, computed here without the KV cache and from
+    the whole text tokenised at once: the cached, piecewise path must agree."""
     import torch
 
     from stepcritic.eval.judges.structured import StructuredDecoder
@@ -38,17 +39,18 @@ def test_choose_picks_the_likelier_continuation(untrained_critic):
 
     model, processor = load_critic(untrained_critic)
     decoder = StructuredDecoder(model.eval(), processor)
-    prefix = processor.apply_chat_template([{"role": "user", "content": "Is it so?"}], add_generation_prompt=True,
-                                           tokenize=False) + '{"steps": [{"step": 1, "correct":'
-    picked = decoder.choose(prefix, None)
-    scores = {}
-    for option in (" true", " false"):
-        ids = processor.tokenizer(prefix + option, return_tensors="pt")["input_ids"]
-        n_prefix = processor.tokenizer(prefix, return_tensors="pt")["input_ids"].shape[1]
-        with torch.no_grad():
-            logprobs = model(input_ids=ids).logits.log_softmax(-1)
-        scores[option] = sum(float(logprobs[0, i - 1, ids[0, i]]) for i in range(n_prefix, ids.shape[1]))
-    assert picked == max(scores, key=scores.get)
+    prompt_text = processor.apply_chat_template([{"role": "user", "content": "Is it so?"}], add_generation_prompt=True,
+                                                tokenize=False)
+    for written in ('{"steps": [{"step": 1, "correct":', '{"steps": [{"step": 1, "correct": true}], "answer_correct":'):
+        picked = decoder.choose(decoder._prefill(prompt_text, None), written)
+        scores = {}
+        for option in (" true", " false"):
+            ids = processor.tokenizer(prompt_text + written + option, return_tensors="pt")["input_ids"]
+            n_prefix = processor.tokenizer(prompt_text + written, return_tensors="pt")["input_ids"].shape[1]
+            with torch.no_grad():
+                logprobs = model(input_ids=ids).logits.log_softmax(-1)
+            scores[option] = sum(float(logprobs[0, i - 1, ids[0, i]]) for i in range(n_prefix, ids.shape[1]))
+        assert picked == max(scores, key=scores.get), (written, scores)
 
 
 def test_structured_needs_critique_mode(untrained_critic):

@@ -22,57 +22,82 @@ VERDICTS = (" true", " false")
 
 
 class StructuredDecoder:
+    """Fills one chain's critique skeleton. The prompt (image included) is encoded once per chain and kept in
+    the model's KV cache; each verdict or explanation then only runs the critique written so far, re-tokenised
+    whole (its pieces join at pre-tokenizer boundaries, so the tokens are those of the training text)."""
+
     def __init__(self, model, processor, max_explanation_tokens: int = 48):
         self.model, self.processor = model, processor
         self.tokenizer = processor.tokenizer
         self.max_explanation_tokens = max_explanation_tokens
+        # every token that contains a double quote ends an explanation (as an extra end-of-sequence id: the
+        # `stop_strings` route rebuilds a vocabulary-wide table on every generate call)
+        vocab = self.tokenizer.get_vocab()
+        self.stop_ids = sorted({i for i in vocab.values() if '"' in self.tokenizer.decode([i])}
+                               | {self.tokenizer.eos_token_id})
 
-    def _encode(self, texts: list[str], image):
+    def _prefill(self, prompt_text: str, image):
         import torch
 
-        images = [image] * len(texts) if image is not None else None
-        batch = self.processor(text=texts, images=images, padding=True, padding_side="right", return_tensors="pt")
-        return {k: v.to(self.model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-    def choose(self, prefix: str, image, options=VERDICTS) -> str:
-        """The option with the highest total log-probability after `prefix`."""
-        import torch
-
-        prefix_len = self._encode([prefix], image)["input_ids"].shape[1]
-        batch = self._encode([prefix + option for option in options], image)
+        batch = self.processor(text=[prompt_text], images=[image] if image is not None else None,
+                               return_tensors="pt")
+        batch = {k: v.to(self.model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         with torch.inference_mode():
-            logprobs = self.model(**batch).logits.float().log_softmax(-1)
-        ids, mask = batch["input_ids"], batch["attention_mask"]
+            cache = self.model(**batch, use_cache=True).past_key_values
+        return batch["input_ids"], cache
+
+    def _ids(self, text: str):
+        return self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.model.device)
+
+    def _rewind(self, cache, prompt_len: int) -> None:
+        extra = cache.get_seq_length() - prompt_len
+        if extra > 0:
+            cache.crop(-extra)
+
+    def choose(self, prompt, written: str, options=VERDICTS) -> str:
+        """The option with the highest total log-probability after the critique `written` so far."""
+        import torch
+
+        prompt_ids, cache = prompt
+        n_known = self._ids(written).shape[1]
         scores = []
-        for row in range(len(options)):
-            end = int(mask[row].sum())
-            positions = torch.arange(prefix_len, end, device=ids.device)
-            scores.append(float(logprobs[row, positions - 1, ids[row, positions]].sum()))
+        for option in options:
+            ids = self._ids(written + option)
+            mask = torch.ones(1, prompt_ids.shape[1] + ids.shape[1], dtype=torch.long, device=ids.device)
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+            self._rewind(cache, prompt_ids.shape[1])
+            logprobs = logits[0].float().log_softmax(-1)
+            positions = torch.arange(n_known, ids.shape[1], device=ids.device)
+            scores.append(float(logprobs[positions - 1, ids[0, positions]].sum()))
         return options[max(range(len(options)), key=scores.__getitem__)]
 
-    def continue_until_quote(self, prefix: str, image) -> str:
-        """Greedy text after `prefix` up to (not including) the first double quote."""
+    def continue_until_quote(self, prompt, written: str) -> str:
+        """Greedy text after the critique `written` so far, up to (not including) the first double quote."""
         import torch
 
-        batch = self._encode([prefix], image)
+        prompt_ids, cache = prompt
+        ids = torch.cat([prompt_ids, self._ids(written)], dim=1)
         with torch.inference_mode():
-            output = self.model.generate(**batch, max_new_tokens=self.max_explanation_tokens, do_sample=False,
-                                         stop_strings=['"'], tokenizer=self.tokenizer,
-                                         pad_token_id=self.tokenizer.pad_token_id)
-        text = self.tokenizer.decode(output[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+            output = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
+                                         max_new_tokens=self.max_explanation_tokens, do_sample=False,
+                                         eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id)
+        self._rewind(cache, prompt_ids.shape[1])
+        text = self.tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True)
         return text.split('"', 1)[0].strip().replace("\\", "")
 
     def critique(self, prompt_text: str, image, n_steps: int) -> str:
         """The critique JSON for a chain of `n_steps` steps; `prompt_text` ends with the generation prompt."""
+        prompt = self._prefill(prompt_text, image)
         out = '{"steps": ['
         for k in range(1, n_steps + 1):
             out += ("" if k == 1 else ", ") + f'{{"step": {k}, "correct":'
-            verdict = self.choose(prompt_text + out, image)
+            verdict = self.choose(prompt, out)
             out += verdict
             if verdict == " false":
                 out += ', "explanation": "'
-                out += self.continue_until_quote(prompt_text + out, image) + '"'
+                out += self.continue_until_quote(prompt, out) + '"'
             out += "}"
         out += '], "answer_correct":'
-        out += self.choose(prompt_text + out, image) + "}"
+        out += self.choose(prompt, out) + "}"
         return out
