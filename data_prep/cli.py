@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
         from stepcritic.data_prep.synth import synthesize_to_disk
 
         stats = synthesize_to_disk(args.n, args.seed, args.out, image_size=args.image_size, level=args.level)
-        print(f"synthesised {_summary(stats, ('n_chains', 'n_steps', 'n_groups'))} -> {args.out}")
+        print(f"synthesised {_summary(stats, ('chains', 'groups', 'steps', 'step_error_rate'))} -> {args.out}")
         return 0
     if args.data_command == "build":
         from stepcritic.data_prep.build import build_dataset
