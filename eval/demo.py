@@ -17,7 +17,7 @@ import time
 # sizes: full demo (target < 15 min on 2 CPU cores) and --quick (target < 3 min, used by a test)
 PLANS = {
     "full": {"n_train": 4000, "n_test": 200, "prm_steps": 600, "sft_steps": 150, "dpo_steps": 20, "batch": 8},
-    "quick": {"n_train": 300, "n_test": 40, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4},
+    "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4},
 }
 # issue 11's targets: the PRM, and the critique writer (step F1 and its share of unreadable critiques)
 TARGET_F1, TARGET_MARGIN = 0.75, 0.25
