@@ -92,9 +92,9 @@ def overrides_for(path, built, checkpoints, output_dir=None):
     if output_dir:
         argv += ["--output_dir", str(output_dir)]
     if recipe.script_args.tiny_model:
-        # a random tower and language model: the pre-training stages are not under test here
-        argv += ["--tiny_vision_pretrain_steps", "0", "--tiny_base_pretrain_steps", "0", "--bf16", "false",
-                 "--dataloader_num_workers", "0"]
+        # the small random critic (one cached build for all): pre-training stages and size are not under test here
+        argv += ["--tiny_vision_pretrain_steps", "0", "--tiny_base_pretrain_steps", "0", "--tiny_model_size", "small",
+                 "--bf16", "false", "--dataloader_num_workers", "0"]
     else:
         model_type = archs.model_type_of(recipe.model_args.model_name_or_path)
         argv += ["--model_name_or_path", checkpoints(model_type), "--bf16", "false", "--dtype", "float32"]
