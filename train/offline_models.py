@@ -29,6 +29,7 @@ import importlib.util
 import json
 import os
 import sys
+from functools import cache
 
 SIZES = ("tiny", "real")
 PAD, TURN_START, TURN_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -55,8 +56,16 @@ _FAMILIES = {
 ARCHITECTURES = tuple(_FAMILIES)
 
 
+@cache
 def _has_torchvision() -> bool:
-    return importlib.util.find_spec("torchvision") is not None
+    """A torchvision that imports (a wheel built for another torch is installed but fails on import)."""
+    if importlib.util.find_spec("torchvision") is None:
+        return False
+    try:
+        import torchvision.transforms.v2.functional  # noqa: F401
+    except Exception:
+        return False
+    return True
 
 
 def chat_template(model_type: str) -> str:
