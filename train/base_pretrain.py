@@ -15,6 +15,7 @@ loop serves a 2-core CPU (a few hundred steps in a cached build) and a GPU (bf16
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 
@@ -22,26 +23,23 @@ logger = logging.getLogger("stepcritic.train")
 
 
 class SceneConversations:
-    """An endless stream of encoded scene conversations (a torch IterableDataset, one RNG per worker)."""
+    """An endless stream of encoded scene conversations, one RNG per DataLoader worker."""
 
     def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6):
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
 
     def batches(self, batch_size: int, worker: int = 0):
-        import io
-
-        from PIL import Image
         from trl.data_utils import prepare_multimodal_messages
 
         from stepcritic.data_prep.scene_qa import conversation
+        from stepcritic.train.prm import chain_image
 
         rng = random.Random(f"stepcritic-base/{self.seed}/{worker}")
         while True:
             conversations = []
             for _ in range(batch_size):
                 messages, png = conversation(rng, self.n_questions, self.image_size)
-                conversations.append(prepare_multimodal_messages(
-                    messages, images=[Image.open(io.BytesIO(png)).convert("RGB")]))
+                conversations.append(prepare_multimodal_messages(messages, images=[chain_image(png)]))
             yield encode(self.processor, conversations)
 
 
@@ -100,7 +98,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     optimizer = torch.optim.AdamW(trained, lr=learning_rate, weight_decay=0.0, betas=(0.9, 0.98))
     warmup = max(steps // 20, 1)
     schedule = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, cosine decay to 10%
-        optimizer, lambda s: min((s + 1) / warmup, 0.1 + 0.45 * (1 + torch.cos(torch.tensor(s / steps * 3.14159)))))
+        optimizer, lambda s: min((s + 1) / warmup, 0.1 + 0.45 * (1 + math.cos(math.pi * s / steps))))
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     model.to(device).train()

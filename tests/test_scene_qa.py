@@ -1,0 +1,31 @@
+"""Scene captions and questions (pre-training data for the tiny base) answer from the scene they describe."""
+
+import random
+
+from stepcritic.data_prep import scene_qa
+from stepcritic.data_prep.render import Item
+
+
+def test_answers_follow_the_scene():
+    items = [Item("circle", "red", "big", 0, 0), Item("square", "blue", "small", 1, 1)]
+    rng = random.Random(0)
+    assert scene_qa.caption(items) == "top left: a big red circle. centre: a small blue square."
+    seen = {}
+    for _ in range(400):
+        for ask in scene_qa.QUESTIONS:
+            asked = ask(rng, items)
+            if asked:
+                seen[asked[0]] = asked[1]
+    assert seen["What colour is the circle?"] == "red"
+    assert seen["Is the red circle to the left of the blue square?"] == "yes"
+    assert seen["Is the blue square bigger than the red circle?"] == "no"
+    assert seen["How many circles are there?"] == "1" and seen["Is there a cross in the image?"] == "no"
+    assert seen["How many circles and squares are there altogether?"] == "2"
+
+
+def test_conversations_never_carry_critic_words():
+    for seed in range(30):
+        messages, png = scene_qa.conversation(random.Random(seed))
+        text = " ".join(part["text"] for m in messages for part in m["content"] if part.get("type") == "text")
+        assert png.startswith(b"\x89PNG") and messages[0]["content"][0] == {"type": "image"}
+        assert not any(word in text for word in ("Step", "correct", "+", "-"))
