@@ -9,7 +9,8 @@ from helpers import chain, chains, step, RECIPES
 from stepcritic.data_prep import prompts
 from stepcritic.data_prep.build import build_dataset
 from stepcritic.train.config import parse_recipe
-from stepcritic.train.prm import PRMScorer, chain_image
+from stepcritic.data_prep.images import to_rgb
+from stepcritic.train.prm import PRMScorer
 
 @pytest.fixture(scope="module")
 def trained_prm(tmp_path_factory):
@@ -52,7 +53,7 @@ def step_by_step(scorer, one_chain):
     conversation = prompts.prm_prompt_messages(one_chain)
     out = []
     for k in range(len(one_chain["steps"])):
-        messages = prepare_multimodal_messages(conversation[:2 * k + 1], images=[chain_image(one_chain["image"])])
+        messages = prepare_multimodal_messages(conversation[:2 * k + 1], images=[to_rgb(one_chain["image"])])
         inputs = scorer.processor.apply_chat_template([messages], add_generation_prompt=True, tokenize=True,
                                                       return_dict=True, return_tensors="pt")
         with torch.no_grad():

@@ -64,10 +64,10 @@ def test_two_sft_steps_train_save_and_generate(critique_data, tmp_path):
 
     from trl.data_utils import prepare_multimodal_messages
 
-    from stepcritic.train.prm import chain_image
+    from stepcritic.data_prep.images import to_rgb
 
     chain = chains(2)[0]
-    messages = prepare_multimodal_messages(prompts.critique_messages(chain), images=[chain_image(chain["image"])])
+    messages = prepare_multimodal_messages(prompts.critique_messages(chain), images=[to_rgb(chain["image"])])
     inputs = processor.apply_chat_template([messages], add_generation_prompt=True, tokenize=True,
                                            return_dict=True, return_tensors="pt")
     generated = model.generate(**inputs, max_new_tokens=8, do_sample=False)

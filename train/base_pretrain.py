@@ -32,14 +32,14 @@ class SceneConversations:
         from trl.data_utils import prepare_multimodal_messages
 
         from stepcritic.data_prep.scene_qa import conversation
-        from stepcritic.train.prm import chain_image
+        from stepcritic.data_prep.images import to_rgb
 
         rng = random.Random(f"stepcritic-base/{self.seed}/{worker}")
         while True:
             conversations = []
             for _ in range(batch_size):
                 messages, png = conversation(rng, self.n_questions, self.image_size)
-                conversations.append(prepare_multimodal_messages(messages, images=[chain_image(png)]))
+                conversations.append(prepare_multimodal_messages(messages, images=[to_rgb(png)]))
             yield encode(self.processor, conversations)
 
 

@@ -213,7 +213,8 @@ def prm_vs_generate(model_path: str | None, n_chains: int, batch_size: int, roun
     from trl.data_utils import prepare_multimodal_messages
 
     from stepcritic.data_prep import prompts
-    from stepcritic.train.prm import PRMScorer, chain_image
+    from stepcritic.data_prep.images import to_rgb
+    from stepcritic.train.prm import PRMScorer
     from stepcritic.train.tiny import tiny_critic_path
 
     path = model_path or tiny_critic_path()
@@ -226,7 +227,7 @@ def prm_vs_generate(model_path: str | None, n_chains: int, batch_size: int, roun
         processor.tokenizer.padding_side = "left"  # every prompt ends where generation starts
         for start in range(0, len(chains), batch_size):
             batch = chains[start:start + batch_size]
-            messages = [prepare_multimodal_messages(prompts.critique_messages(c), images=[chain_image(c["image"])])
+            messages = [prepare_multimodal_messages(prompts.critique_messages(c), images=[to_rgb(c["image"])])
                         for c in batch]
             inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                    return_dict=True, return_tensors="pt",
@@ -257,11 +258,11 @@ def assistant_masks(n_rows: int, rounds: int = 5) -> dict:
 
     from stepcritic.data_prep import prompts
     from stepcritic.train import fast_masks
-    from stepcritic.train.prm import chain_image
+    from stepcritic.data_prep.images import to_rgb
     from stepcritic.train.tiny import load_critic, tiny_critic_path
 
     _, processor = load_critic(tiny_critic_path())
-    conversations = [prepare_multimodal_messages(prompts.prm_messages(c), images=[chain_image(c["image"])])
+    conversations = [prepare_multimodal_messages(prompts.prm_messages(c), images=[to_rgb(c["image"])])
                      for c in five_step_chains(n_rows)]
 
     def encode():

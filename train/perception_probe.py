@@ -13,7 +13,6 @@ that is random and once from one given `--vision-steps` of pre-training (see `vi
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import random
 import tempfile
@@ -40,6 +39,7 @@ def colour_questions(k: int, n: int, seed: int, as_text: bool = False):
     from datasets import Dataset
     from PIL import Image
 
+    from stepcritic.data_prep.images import to_rgb
     from stepcritic.data_prep.render import place, random_pairs, render_png
 
     rng, rows = random.Random(seed), []
@@ -57,7 +57,7 @@ def colour_questions(k: int, n: int, seed: int, as_text: bool = False):
         rows.append({"messages": [{"role": "user", "content": question},
                                   {"role": "assistant", "content": [{"type": "text", "text": target.colour}]}],
                      "images": [Image.new("RGB", (96, 96), "white") if as_text
-                                else Image.open(io.BytesIO(render_png(items))).convert("RGB")]})
+                                else to_rgb(render_png(items))]})
     return Dataset.from_list(rows)
 
 

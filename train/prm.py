@@ -10,25 +10,9 @@ single pass, and chains are batched (right-padded) on top.
 
 from __future__ import annotations
 
-import io
-
 from stepcritic.data_prep import prompts
+from stepcritic.data_prep.images import to_rgb
 from stepcritic.train import fast_masks
-
-
-def chain_image(image):
-    """A chain's image (PIL, `{"bytes", "path"}` dict, bytes or path) as an RGB PIL image."""
-    from PIL import Image
-
-    if hasattr(image, "convert"):
-        return image.convert("RGB")
-    if isinstance(image, dict):
-        image = image.get("bytes") or image.get("path")
-    if isinstance(image, (bytes, bytearray)):
-        return Image.open(io.BytesIO(image)).convert("RGB")
-    if isinstance(image, str):
-        return Image.open(image).convert("RGB")
-    raise TypeError(f"cannot read an image from a {type(image).__name__}")
 
 
 def single_token_id(tokenizer, text: str) -> int:
@@ -104,7 +88,7 @@ class PRMScorer:
         from trl.data_utils import prepare_multimodal_messages
 
         conversations = [prepare_multimodal_messages(prompts.prm_prompt_messages(chain, self.template),
-                                                     images=[chain_image(chain["image"])]) for chain in chains]
+                                                     images=[to_rgb(chain["image"])]) for chain in chains]
         return self.processor.apply_chat_template(
             conversations, chat_template=self.chat_template, tokenize=True, return_dict=True,
             return_tensors="pt", return_assistant_tokens_mask=True,

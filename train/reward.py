@@ -19,7 +19,7 @@ from transformers import Trainer
 
 from stepcritic.data_prep import prompts
 from stepcritic.train import common
-from stepcritic.train.prm import chain_image
+from stepcritic.data_prep.images import to_rgb
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 CONFIG_FILE = "reward_config.json"
@@ -117,7 +117,7 @@ def pair_conversations(row: dict) -> tuple[list, list]:
     """(chosen, rejected) full conversations of an outcome-rm row, with the row's image filled in."""
     from trl.data_utils import prepare_multimodal_messages
 
-    images = [chain_image(image) for image in row["images"]]
+    images = [to_rgb(image) for image in row["images"]]
     return tuple(prepare_multimodal_messages(list(row["prompt"]) + list(row[side]), images=images)
                  for side in ("chosen", "rejected"))
 
@@ -241,7 +241,7 @@ class RewardScorer:
         from trl.data_utils import prepare_multimodal_messages
 
         prompt, completion = prompts.outcome_messages(chain, self.template)
-        return prepare_multimodal_messages(prompt + completion, images=[chain_image(chain["image"])])
+        return prepare_multimodal_messages(prompt + completion, images=[to_rgb(chain["image"])])
 
     def score(self, chains: list[dict]) -> list[float]:
         device = next(self.model.parameters()).device

@@ -14,7 +14,6 @@ critiques, and what the image tokens mean, from the critic data.
 
 from __future__ import annotations
 
-import io
 import logging
 import random
 
@@ -27,15 +26,14 @@ LEARNING_RATE = 2e-3
 def _scene_batch(rng: random.Random, processor, n: int):
     """n rendered scenes of 1-6 shapes as pixel values, and per-cell labels (cells, [shape, colour, size])."""
     import torch
-    from PIL import Image
-
+    from stepcritic.data_prep.images import to_rgb
     from stepcritic.data_prep.render import COLOURS, GRID, SHAPES, SIZES, place, random_pairs, render_png
 
     colours = list(COLOURS)
     images, labels = [], torch.zeros(n, GRID * GRID, 3, dtype=torch.long)  # 0 = empty cell
     for b in range(n):
         items = place(rng, random_pairs(rng, rng.randint(1, 6)))
-        images.append(Image.open(io.BytesIO(render_png(items))).convert("RGB"))
+        images.append(to_rgb(render_png(items)))
         for it in items:
             labels[b, it.row * GRID + it.col] = torch.tensor(
                 [1 + SHAPES.index(it.shape), 1 + colours.index(it.colour), 1 + SIZES.index(it.size)]

@@ -87,9 +87,9 @@ def blank_like(image):
     """A white RGB image of the same size as `image`."""
     from PIL import Image
 
-    from stepcritic.eval.judges.generative import to_pil
+    from stepcritic.data_prep.images import to_rgb
 
-    return Image.new("RGB", to_pil(image).size, "white")
+    return Image.new("RGB", to_rgb(image).size, "white")
 
 
 class TextOnlyJudge(Judge):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import io
 import json
 import os
 import re
@@ -74,17 +73,6 @@ def render(name: str, **variables) -> str:
     return _template(name).render(**variables).strip()
 
 
-def to_pil(image):
-    """The chain's image as an RGB PIL image, whatever form the dataset handed over."""
-    from stepcritic.train.prm import chain_image
-
-    return chain_image(image)
-
-
-def png_bytes(image) -> bytes:
-    buf = io.BytesIO()
-    to_pil(image).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def image_prompt(text: str, image) -> Prompt:

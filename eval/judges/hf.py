@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from stepcritic.eval.judges.base import Critique
-from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply, critique_from_reply, to_pil
+from stepcritic.data_prep.images import to_rgb
+from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply, critique_from_reply
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CONTENT_HASH_LIMIT = 256 * 2**20  # hash the bytes of weight files up to this size (adapters), else size+mtime
@@ -94,7 +95,7 @@ class HFJudge(GenerativeJudge):
         for chain in chains:
             prompt = self.critique_prompt(chain)
             text = processor.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=False)
-            image = to_pil(prompt.images[0]) if prompt.images else None
+            image = to_rgb(prompt.images[0]) if prompt.images else None
             reply = Reply(text=decoder.critique(text, image, len(chain["steps"])))
             critiques.append(critique_from_reply(chain, reply))
         return critiques
@@ -109,7 +110,7 @@ class HFJudge(GenerativeJudge):
             batch = prompts[start:start + self.batch_size]
             texts = [processor.apply_chat_template(p.messages, add_generation_prompt=True, tokenize=False)
                      for p in batch]
-            images = [to_pil(image) for p in batch for image in p.images]
+            images = [to_rgb(image) for p in batch for image in p.images]
             inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt").to(model.device)
             with torch.inference_mode():
                 output = model.generate(**inputs, max_new_tokens=self.max_tokens,

@@ -21,7 +21,8 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply, png_bytes
+from stepcritic.data_prep.images import png_bytes
+from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply
 
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
