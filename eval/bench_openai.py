@@ -4,18 +4,15 @@
 
 Every request waits `latency` seconds at the server, as a remote model would, so the number measured is
 how well the judge overlaps requests (and what its own per-request work costs), not model speed.
-Needs a source checkout: the fake server lives in tests/fake_openai_server.py.
+The chains are synthetic (`data_prep.synth`) and the server is `eval.fake_openai_server`, so an installed
+package runs it as well as a source checkout.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
-
-TESTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 
 
 def run_once(base_url: str, chains: list[dict], concurrency: int) -> float:
@@ -40,14 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, TESTS_DIR)
-    try:
-        from fake_openai_server import FakeOpenAIServer
-        from helpers import chains as fixture_chains
-    except ImportError:
-        parser.error(f"needs the source checkout's tests folder ({TESTS_DIR})")
+    from stepcritic.data_prep.synth import synthesize
+    from stepcritic.eval.fake_openai_server import FakeOpenAIServer
 
-    base = fixture_chains(6)
+    base = synthesize(6, seed=0)
     chains = [dict(base[i % len(base)], chain_id=f"bench-{i}") for i in range(args.n)]
     rates = []
     with FakeOpenAIServer(latency=args.latency) as server:

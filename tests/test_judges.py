@@ -6,10 +6,10 @@ import io
 import json
 
 import pytest
-from fake_openai_server import FakeOpenAIServer
 from helpers import chain, chains, step
 from PIL import Image
 
+from stepcritic.eval.fake_openai_server import FakeOpenAIServer
 from stepcritic.eval.judges.baselines import MajorityJudge, RandomJudge, TextOnlyJudge
 from stepcritic.eval.judges.generative import parse_label, parse_letter, parse_score
 from stepcritic.eval.judges.hf import weights_digest

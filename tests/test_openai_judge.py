@@ -8,10 +8,10 @@ import socket
 import time
 
 import pytest
-from fake_openai_server import FakeOpenAIServer
 from helpers import chains
 from PIL import Image
 
+from stepcritic.eval.fake_openai_server import FakeOpenAIServer
 from stepcritic.eval.judges.openai_judge import EndpointUnavailable
 from stepcritic.eval.judges.registry import make_judge
 

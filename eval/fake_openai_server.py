@@ -1,5 +1,8 @@
 """A small OpenAI-compatible chat server for tests and the benchmark (127.0.0.1, random port, own thread).
 
+It ships with the package (standard library only) because `eval.bench_openai` runs against it, and shipped
+code never imports from `tests/`.
+
 It answers `POST /v1/chat/completions` from what the prompt asks for: a JSON critique that flags step 2
 (the number of steps is read from the "Step k:" lines), a question list or a short answer for the
 LookBack phases, a letter for the listwise question, a label for verifier prompts. Knobs for tests:
