@@ -196,7 +196,7 @@ def completion_logps(model, processor, rows, side: str, blank: bool):
 def implicit_reward_margins(adapter_dir, rows, blank=False) -> list[float]:
     """What DPO optimises, on held-out pairs: how much more log-probability the chosen critique gained than the
     rejected one, relative to the reference (the starting model: the adapter switched off)."""
-    from stepcritic.train.tiny import load_critic
+    from stepcritic.train.loading import load_critic
 
     model, processor = load_critic(adapter_dir)
     model.eval()

@@ -35,7 +35,7 @@ def test_choose_picks_the_likelier_continuation(untrained_critic):
     import torch
 
     from stepcritic.eval.judges.structured import StructuredDecoder
-    from stepcritic.train.tiny import load_critic
+    from stepcritic.train.loading import load_critic
 
     model, processor = load_critic(untrained_critic)
     decoder = StructuredDecoder(model.eval(), processor)

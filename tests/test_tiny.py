@@ -2,18 +2,14 @@
 masks exactly the assistant turns (what TRL's assistant_only_loss trains on)."""
 
 import json
+import os
 
 import pytest
 import torch
 from PIL import Image
 
-from stepcritic.train.tiny import (
-    TURN_END,
-    DEFAULT_PATCH_SIZE,
-    build_tiny_critic,
-    load_critic,
-    tiny_critic_path,
-)
+from stepcritic.train.loading import load_critic
+from stepcritic.train.tiny import DEFAULT_PATCH_SIZE, TURN_END, build_tiny_critic, tiny_critic_path
 
 IMAGE_SIZE = 96
 CRITIQUE = json.dumps(
@@ -155,6 +151,17 @@ def test_cached_path_is_built_once_per_arguments(tmp_path):
     assert (tmp_path / path / "model.safetensors").stat().st_mtime_ns == stamp
     assert tiny_critic_path(cache_dir=tmp_path, seed=1) != path
     assert sorted(p.name.startswith("tiny-llava-") for p in tmp_path.iterdir()) == [True, True]  # no staging left
+
+
+def test_cache_key_follows_the_tokenizer_corpus(tmp_path, monkeypatch):
+    # the tokenizer is trained on the synthetic generator's wording: changing that wording must rebuild
+    from stepcritic.train import tiny, tiny_tokenizer
+
+    monkeypatch.setattr(tiny, "build_tiny_critic", lambda out, **kw: os.makedirs(out, exist_ok=True))
+    before = tiny_critic_path(cache_dir=tmp_path)
+    corpus = tiny_tokenizer.corpus()
+    monkeypatch.setattr(tiny_tokenizer, "corpus", lambda: corpus + ["The circle is now a disc."])
+    assert tiny_critic_path(cache_dir=tmp_path) != before
 
 
 def test_load_critic_reads_a_lora_adapter(tmp_path):

@@ -26,7 +26,7 @@ def lora(model, adapter="default"):
 
 def test_dpo_continues_the_sft_adapter_against_a_frozen_copy(data, tmp_path):
     from stepcritic.train.run import train
-    from stepcritic.train.tiny import load_critic
+    from stepcritic.train.loading import load_critic
 
     sft_dir = tmp_path / "sft"
     train(parse_recipe(os.path.join(RECIPES, "critique-sft.yaml"), dict(

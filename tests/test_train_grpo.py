@@ -50,7 +50,7 @@ def test_prompt_rows_carry_the_gold_labels(critique_data):
 
 def test_two_grpo_steps_pass_gold_labels_to_the_reward_and_train(critique_data, tmp_path, monkeypatch):
     from stepcritic.train.run import train
-    from stepcritic.train.tiny import load_critic
+    from stepcritic.train.loading import load_critic
 
     calls = []
     real_reward = grpo.critique_reward

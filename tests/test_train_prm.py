@@ -33,7 +33,7 @@ def uneven_chains():
 
 
 def test_two_prm_steps_change_the_model_and_it_scores(trained_prm):
-    from stepcritic.train.tiny import load_critic
+    from stepcritic.train.loading import load_critic
 
     path, recipe, metrics = trained_prm
     assert metrics["train_loss"] > 0

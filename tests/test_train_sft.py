@@ -44,7 +44,7 @@ def _weights(model):
 
 def test_two_sft_steps_train_save_and_generate(critique_data, tmp_path):
     from stepcritic.train.run import train
-    from stepcritic.train.tiny import load_critic
+    from stepcritic.train.loading import load_critic
 
     recipe = tiny_recipe("critique-sft.yaml", critique_data, tmp_path / "run", freeze_vision_tower=True)
     before = _weights(load_critic(recipe.model_path())[0])

@@ -34,13 +34,13 @@ def load_model(recipe, path: str | None = None, trainable: bool = True):
     An adapter folder (e.g. an SFT output used as the start of DPO) comes back as a `PeftModel` whose adapter
     keeps training when `trainable`; 4/8-bit loading follows `ModelConfig.load_in_4bit/8bit`.
     """
-    from transformers import AutoModelForImageTextToText, AutoProcessor
     from trl import get_quantization_config
+
+    from stepcritic.train.loading import load_critic
 
     path = path or recipe.model_path()
     model_args = recipe.model_args
-    init_kwargs = {"dtype": torch_dtype(model_args.dtype), "revision": model_args.model_revision,
-                   "attn_implementation": model_args.attn_implementation}
+    init_kwargs = {"dtype": torch_dtype(model_args.dtype), "attn_implementation": model_args.attn_implementation}
     quantization = get_quantization_config(model_args)
     if quantization is not None:
         from accelerate import PartialState
@@ -48,24 +48,7 @@ def load_model(recipe, path: str | None = None, trainable: bool = True):
         # Quantised weights are placed at load time, each process on its own GPU.
         init_kwargs.update(quantization_config=quantization, device_map={"": PartialState().local_process_index})
 
-    adapter_config = os.path.join(path, "adapter_config.json")
-    base_path = path
-    if os.path.isfile(adapter_config):
-        with open(adapter_config) as f:
-            base_path = json.load(f)["base_model_name_or_path"]
-    model = AutoModelForImageTextToText.from_pretrained(base_path, **init_kwargs)
-    if base_path != path:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, path, is_trainable=trainable)
-    processor_source = path if _has_processor(path) else base_path
-    processor = AutoProcessor.from_pretrained(processor_source, revision=model_args.model_revision)
-    return model, processor
-
-
-def _has_processor(path: str) -> bool:
-    return any(os.path.isfile(os.path.join(path, name))
-               for name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"))
+    return load_critic(path, trainable=trainable, revision=model_args.model_revision, **init_kwargs)
 
 
 def is_peft(model) -> bool:

@@ -5,7 +5,7 @@ on a fresh GPU box. `build_random_checkpoint` saves a model of the same architec
 tiny (`archs.tiny_config`: a test runs every recipe in seconds on a CPU) or of the published size
 (`archs.real_config`: a GPU run measures time and memory of the real shape), next to a processor made here:
 
-* a byte-level BPE tokenizer trained offline (`tiny._train_tokenizer`) carrying the family's special tokens
+* a byte-level BPE tokenizer trained offline (`tiny_tokenizer.train_tokenizer`) carrying the family's special tokens
   (Qwen: `<|im_start|>`, `<|im_end|>`, `<|vision_start|>`, `<|image_pad|>`, `<|vision_end|>`; Idefics3:
   `<image>`, `<fake_token_around_image>`, `<global-img>`, the tile tags);
 * a ChatML chat template with `{% generation %}` markers around assistant turns (TRL's assistant_only_loss),
@@ -70,7 +70,7 @@ def _has_torchvision() -> bool:
 
 def chat_template(model_type: str) -> str:
     """The tiny critic's ChatML template (assistant turns inside `{% generation %}`) with this family's image."""
-    from stepcritic.train.tiny import CHAT_TEMPLATE, IMAGE_TOKEN
+    from stepcritic.train.tiny_tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN
 
     return CHAT_TEMPLATE.replace(IMAGE_TOKEN, _FAMILIES[model_type]["image"])
 
@@ -79,10 +79,10 @@ def build_tokenizer(model_type: str, vocab_size: int = DEFAULT_VOCAB, model_max_
     """An offline byte-level BPE tokenizer with the family's special tokens; eos `<|im_end|>`, pad `<|endoftext|>`."""
     from transformers import PreTrainedTokenizerFast
 
-    from stepcritic.train.tiny import _train_tokenizer
+    from stepcritic.train.tiny_tokenizer import train_tokenizer
 
     family = _FAMILIES[model_type]
-    trained = _train_tokenizer(vocab_size, [PAD, TURN_START, TURN_END, *family["specials"]])
+    trained = train_tokenizer(vocab_size, [PAD, TURN_START, TURN_END, *family["specials"]])
     # Re-wrapped so the processor finds the family's token names (Qwen looks up `tokenizer.image_token`).
     return PreTrainedTokenizerFast(tokenizer_object=trained.backend_tokenizer, eos_token=TURN_END, pad_token=PAD,
                                    model_max_length=model_max_length, extra_special_tokens=family["named"])

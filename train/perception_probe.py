@@ -65,7 +65,7 @@ def accuracy(model_dir: str, test) -> float:
     import torch
     from trl.data_utils import prepare_multimodal_messages
 
-    from stepcritic.train.tiny import load_critic
+    from stepcritic.train.loading import load_critic
 
     model, processor = load_critic(model_dir)
     model.eval()

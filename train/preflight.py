@@ -19,7 +19,7 @@ import time
 
 from stepcritic.data_prep import contract
 from stepcritic.data_prep.contract import TRAIN, DataContractError
-from stepcritic.train import common
+from stepcritic.train import common, loading
 from stepcritic.train.config import DATASET_KINDS
 
 SAMPLE_ROWS = 8  # rows per split whose images are decoded and whose token lengths are measured
@@ -149,11 +149,9 @@ def load_processor(recipe):
     from transformers.utils import logging as hf_logging
 
     source = recipe.model_path()
-    if os.path.isfile(os.path.join(source, "adapter_config.json")) and not common._has_processor(source):
-        import json
-
-        with open(os.path.join(source, "adapter_config.json")) as f:
-            source = json.load(f)["base_model_name_or_path"]
+    base = loading.adapter_base(source)
+    if base is not None and not loading.has_processor(source):
+        source = base
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # loading notes (deprecations) are not what a dry run reports
     try:

@@ -76,7 +76,7 @@ class PRMScorer:
 
     @classmethod
     def from_pretrained(cls, path: str, dtype="float32", device: str | None = None, **kwargs) -> "PRMScorer":
-        from stepcritic.train.tiny import load_critic
+        from stepcritic.train.loading import load_critic
 
         model, processor = load_critic(path, dtype=dtype)
         if device:

@@ -101,7 +101,7 @@ class VLMRewardModel(nn.Module):
         """(reward model, processor) from a folder written by `save_pretrained` (+ the processor)."""
         from safetensors.torch import load_file
 
-        from stepcritic.train.tiny import load_critic
+        from stepcritic.train.loading import load_critic
 
         with open(os.path.join(path, CONFIG_FILE)) as f:
             config = json.load(f)

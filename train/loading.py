@@ -1,0 +1,43 @@
+"""The one model loader: a full checkpoint, or a PEFT adapter folder on top of the base it names.
+
+Training (`common.load_model`, which adds the recipe's dtype, attention and quantisation), the scorers and the
+judges all load through `load_critic`, so the rule for where the processor comes from is written once: from the
+folder itself when the trainer saved one there, else from the adapter's base model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
+
+
+def adapter_base(path: str | os.PathLike) -> str | None:
+    """The base model an adapter folder was trained on; None for a full checkpoint (or a Hub name)."""
+    config = os.path.join(path, "adapter_config.json")
+    if not os.path.isfile(config):
+        return None
+    with open(config) as f:
+        return json.load(f)["base_model_name_or_path"]
+
+
+def has_processor(path: str | os.PathLike) -> bool:
+    return any(os.path.isfile(os.path.join(path, name)) for name in PROCESSOR_FILES)
+
+
+def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, revision: str | None = None,
+                **init_kwargs):
+    """(model, processor) from `path`. An adapter folder comes back as a `PeftModel` (adapter trainable only when
+    `trainable`). `dtype` and `init_kwargs` go to `from_pretrained` (a torch dtype, its name, or "auto")."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    path = str(path)
+    base = adapter_base(path)
+    model = AutoModelForImageTextToText.from_pretrained(base or path, dtype=dtype, revision=revision, **init_kwargs)
+    if base is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, path, is_trainable=trainable)
+    processor = AutoProcessor.from_pretrained(path if base is None or has_processor(path) else base, revision=revision)
+    return model, processor
