@@ -1,8 +1,9 @@
 """Crash-safe record of finished judgments, so an interrupted evaluation resumes where it stopped.
 
-One folder per judge under `OUT/cache/`, named by the judge's fingerprint: changing a judge's spec,
-prompt or model changes the fingerprint, so only that judge starts afresh while every other judge's
-entries stay valid. Inside, append-only JSON-lines files (`critiques.jsonl`: one line per chain,
+One folder per judge under `OUT/cache/`, named by the judge's spec without its runtime options and by
+its fingerprint (`Judge.fingerprint`): changing what decides a judge's output (an option, its prompt or
+its model) starts only that judge afresh, while every other judge's entries stay valid and a runtime
+option (batch size, device, concurrency) changes neither. Inside, append-only JSON-lines files (`critiques.jsonl`: one line per chain,
 `picks.jsonl`: one line per ShiftCheck question). Lines are flushed and fsynced as each batch of
 judgments completes; a process killed mid-write leaves at most a torn last line, which reload drops.
 """
@@ -15,7 +16,8 @@ import re
 
 
 def judge_cache_dir(out_dir: str, judge_name: str, fingerprint: str) -> str:
-    # The readable name helps people browsing the folder; the fingerprint alone decides validity.
+    # The readable name helps people browsing the folder and keeps apart custom judges whose options do
+    # not show in their fingerprint; the fingerprint decides validity.
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", judge_name).strip("_")[:60] or "judge"
     return os.path.join(out_dir, "cache", f"{slug}-{fingerprint}")
 

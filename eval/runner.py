@@ -220,7 +220,7 @@ def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], ou
               wants_critiques: bool, progress: bool) -> dict:
     """Judge what the cache lacks, then read this judge's complete results back from the cache."""
     fingerprint = judge.fingerprint()
-    cache = JudgeCache(out_dir, judge.name, fingerprint)
+    cache = JudgeCache(out_dir, judge.cache_name, fingerprint)
     result = {"fingerprint": fingerprint, "predictions": [], "picks": [], "run": {"critiques": None, "picks": None}}
     try:
         if wants_critiques:

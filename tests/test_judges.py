@@ -10,9 +10,9 @@ from helpers import chain, chains, step
 from PIL import Image
 
 from stepcritic.eval.fake_openai_server import FakeOpenAIServer
+from stepcritic.eval.judges.artifacts import weights_digest
 from stepcritic.eval.judges.baselines import MajorityJudge, RandomJudge, TextOnlyJudge
 from stepcritic.eval.judges.generative import parse_label, parse_letter, parse_score
-from stepcritic.eval.judges.hf import weights_digest
 from stepcritic.eval.judges.lookback import parse_questions
 from stepcritic.eval.judges.registry import KINDS, JudgeSpec, describe_kinds, make_judge, parse_spec
 
@@ -80,6 +80,20 @@ def test_every_kind_is_listed_with_help():
 def test_vllm_without_the_extra_is_a_clear_error():
     with pytest.raises(RuntimeError, match=r"pip install 'stepcritic\[vllm\]'"):
         make_judge("vllm:some/model")
+
+
+@pytest.mark.parametrize("plain, faster, other", [
+    ("prm:runs/prm", "prm:runs/prm,batch_size=32,device=cpu", "prm:runs/prm,threshold=0.7"),
+    ("reward:runs/rm", "reward:runs/rm,batch_size=32", "reward:runs/rm,dtype=bfloat16"),
+    ("hf:runs/critic", "hf:runs/critic,batch_size=2,device=cuda", "hf:runs/critic,structured=true"),
+    ("openai:m", "openai:m,batch_size=64,concurrency=16", "openai:m,temperature=0.7"),
+    ("text-only:openai:m", "text-only:openai:m,batch_size=64", "text-only:openai:m,max_tokens=64"),
+])
+def test_runtime_options_keep_the_cache_and_output_options_do_not(plain, faster, other):
+    # building a judge loads no model, and a folder that does not exist is digested by its name
+    plain, faster, other = map(make_judge, (plain, faster, other))
+    assert plain.fingerprint() == faster.fingerprint() != other.fingerprint()
+    assert plain.cache_name == faster.cache_name != other.cache_name
 
 
 # ----------------------------------------------------------------------------- baselines

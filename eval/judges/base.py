@@ -38,6 +38,9 @@ class Judge:
     kind = "base"
     batch_size = 8
     needs_images = True  # False lets the runner skip decoding images (baselines)
+    # options that change speed or placement, not answers: kept out of the fingerprint and of the cache
+    # folder's name, so a larger batch or another device reuses the cache. Subclasses add their own.
+    RUNTIME_OPTIONS = frozenset({"batch_size", "device"})
 
     def __init__(self, spec: str, **options):
         self.spec = spec
@@ -47,10 +50,18 @@ class Judge:
     def name(self) -> str:
         return self.spec
 
+    @property
+    def cache_name(self) -> str:
+        """The spec without its runtime options: the readable half of the judge's cache folder name."""
+        head, *pairs = self.spec.split(",")
+        return ",".join([head] + [p for p in pairs if p.partition("=")[0].strip() not in self.RUNTIME_OPTIONS])
+
     def fingerprint(self) -> str:
-        """Hash of everything that determines this judge's output (cache key part)."""
-        blob = json.dumps({"kind": self.kind, "spec": self.spec, "options": self.options,
-                           "extra": self.fingerprint_extra()}, sort_keys=True, default=str)
+        """Hash of everything that determines this judge's output (the cache key): its kind, every option
+        but `RUNTIME_OPTIONS`, and `fingerprint_extra`. The one rule for every judge kind."""
+        settings = {k: v for k, v in self.options.items() if k not in self.RUNTIME_OPTIONS}
+        blob = json.dumps({"kind": self.kind, "settings": settings, "extra": self.fingerprint_extra()},
+                          sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def fingerprint_extra(self) -> dict:

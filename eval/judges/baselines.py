@@ -102,6 +102,7 @@ class TextOnlyJudge(Judge):
         self.inner = inner
         self.batch_size = inner.batch_size
         self.needs_images = inner.needs_images
+        self.RUNTIME_OPTIONS = inner.RUNTIME_OPTIONS  # the options in this spec are the inner judge's
 
     def fingerprint_extra(self) -> dict:
         return {"inner": self.inner.fingerprint()}

@@ -170,8 +170,6 @@ class GenerativeJudge(Judge):
 
     OPTIONS = {"mode": str, "strategy": str, "task": str, "template": str, "max_tokens": int,
                "temperature": float, "batch_size": int, "max_questions": int}
-    # options that change speed, not answers: left out of the fingerprint so changing them keeps the cache
-    RUNTIME_OPTIONS = frozenset({"batch_size"})
 
     def __init__(self, spec: str, target: str | None = None, mode: str = "critique", strategy: str = "direct",
                  task: str = "logic_correctness", template: str | None = None, max_tokens: int = 512,
@@ -201,12 +199,6 @@ class GenerativeJudge(Judge):
         raise NotImplementedError
 
     # -------------------------------------------------------------- fingerprint
-
-    def fingerprint(self) -> str:
-        settings = {k: v for k, v in self.options.items() if k not in self.RUNTIME_OPTIONS}
-        blob = json.dumps({"kind": self.kind, "settings": settings, "extra": self.fingerprint_extra()},
-                          sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def fingerprint_extra(self) -> dict:
         """Hashes of the prompt templates in use: editing a template invalidates the cache."""

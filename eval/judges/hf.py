@@ -8,52 +8,16 @@ the judge to check the cache costs nothing.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
-
-from stepcritic.eval.judges.base import Critique
 from stepcritic.data_prep.images import to_rgb
+from stepcritic.eval.judges.artifacts import pick_device, weights_digest
+from stepcritic.eval.judges.base import Critique
 from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply, critique_from_reply
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-CONTENT_HASH_LIMIT = 256 * 2**20  # hash the bytes of weight files up to this size (adapters), else size+mtime
-
-
-def weights_digest(path: str) -> str:
-    """A digest that changes whenever the model folder is retrained or replaced.
-
-    JSON files (config, tokenizer, adapter config) are hashed by content, weight files by content up to
-    `CONTENT_HASH_LIMIT` and by size and modification time above it (rehashing gigabytes per run would cost
-    more than it saves). An adapter folder also covers its base model folder. A Hub id (no folder) is
-    represented by its name only.
-    """
-    folder = Path(path)
-    if not folder.is_dir():
-        return f"name:{path}"
-    digest = hashlib.sha256()
-    for file in sorted(folder.iterdir()):
-        if file.suffix == ".json" or file.name.endswith(".jinja"):
-            digest.update(file.name.encode() + file.read_bytes())
-        elif file.suffix in WEIGHT_SUFFIXES:
-            stat = file.stat()
-            if stat.st_size <= CONTENT_HASH_LIMIT:
-                digest.update(file.name.encode() + hashlib.sha256(file.read_bytes()).digest())
-            else:
-                digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    adapter_config = folder / "adapter_config.json"
-    if adapter_config.is_file():
-        base = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
-        if base:
-            digest.update(weights_digest(base).encode())
-    return digest.hexdigest()[:16]
 
 
 class HFJudge(GenerativeJudge):
     kind = "hf"
     OPTIONS = {**{k: v for k, v in GenerativeJudge.OPTIONS.items() if k != "max_tokens"},
                "max_new_tokens": int, "dtype": str, "device": str, "structured": bool}
-    RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"device"}
 
     def __init__(self, spec: str, target: str | None = None, max_new_tokens: int = 256, dtype: str = "auto",
                  device: str | None = None, structured: bool = False, **options):
@@ -72,13 +36,10 @@ class HFJudge(GenerativeJudge):
 
     def _load(self):
         if self._model is None:
-            import torch
-
             from stepcritic.train.tiny import load_critic
 
             model, processor = load_critic(self.target, dtype=self.dtype)
-            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self._model = model.to(device).eval()
+            self._model = model.to(pick_device(self.device)).eval()
             # left padding: in a batch every prompt then ends where generation starts
             processor.tokenizer.padding_side = "left"
             self._processor = processor

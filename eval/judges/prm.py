@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
+from stepcritic.eval.judges.artifacts import pick_device, weights_digest
 from stepcritic.eval.judges.base import Critique, Judge
-from stepcritic.eval.judges.hf import weights_digest
 
 AGGREGATES = {
     "min": min,
@@ -31,7 +31,8 @@ class PRMJudge(Judge):
             raise ValueError(f"unknown aggregate {aggregate!r}; expected one of {list(AGGREGATES)}")
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must lie in [0, 1], got {threshold}")
-        super().__init__(spec, threshold=threshold, aggregate=aggregate, dtype=dtype)
+        super().__init__(spec, target=target, threshold=threshold, aggregate=aggregate, batch_size=batch_size,
+                         dtype=dtype, device=device)
         self.target, self.threshold, self.aggregate = target, threshold, aggregate
         self.batch_size, self.dtype, self.device = batch_size, dtype, device
         self._scorer = None
@@ -42,12 +43,9 @@ class PRMJudge(Judge):
     @property
     def scorer(self):
         if self._scorer is None:
-            import torch
-
             from stepcritic.train.prm import PRMScorer
 
-            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self._scorer = PRMScorer.from_pretrained(self.target, dtype=self.dtype, device=device,
+            self._scorer = PRMScorer.from_pretrained(self.target, dtype=self.dtype, device=pick_device(self.device),
                                                      batch_size=self.batch_size)
         return self._scorer
 

@@ -6,8 +6,8 @@ part in choice ranking and Somers' D but not in step-level F1.
 
 from __future__ import annotations
 
+from stepcritic.eval.judges.artifacts import pick_device, weights_digest
 from stepcritic.eval.judges.base import Critique, Judge
-from stepcritic.eval.judges.hf import weights_digest
 
 
 class RewardJudge(Judge):
@@ -19,7 +19,7 @@ class RewardJudge(Judge):
                  device: str | None = None):
         if not target:
             raise ValueError("the reward judge needs a trained reward model folder: reward:MODEL_DIR")
-        super().__init__(spec, dtype=dtype)
+        super().__init__(spec, target=target, batch_size=batch_size, dtype=dtype, device=device)
         self.target, self.batch_size, self.dtype, self.device = target, batch_size, dtype, device
         self._scorer = None
 
@@ -29,12 +29,9 @@ class RewardJudge(Judge):
     @property
     def scorer(self):
         if self._scorer is None:
-            import torch
-
             from stepcritic.train.reward import RewardScorer
 
-            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self._scorer = RewardScorer.from_pretrained(self.target, dtype=self.dtype, device=device,
+            self._scorer = RewardScorer.from_pretrained(self.target, dtype=self.dtype, device=pick_device(self.device),
                                                         batch_size=self.batch_size)
         return self._scorer
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from stepcritic.eval.judges.artifacts import weights_digest
 from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply
-from stepcritic.eval.judges.hf import weights_digest
 from stepcritic.eval.judges.openai_judge import openai_messages
 
 
