@@ -6,8 +6,8 @@ answer only needs the image tokens to carry colour; with k >= 2 the language mod
 token (bind shape to colour), which is what judging a synthetic step needs. Each row is run once from a tower
 that is random and once from one given `--vision-steps` of pre-training (see `vision_pretrain.py`).
 
-    python -m stepcritic.train.perception_probe --items 1 3 --steps 300
-    python -m stepcritic.train.perception_probe --items 3 --steps 300 --text   # the same lookup, in words
+    python -m stepcritic.bench.perception_probe --items 1 3 --steps 300
+    python -m stepcritic.bench.perception_probe --items 3 --steps 300 --text   # the same lookup, in words
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from importlib.resources import files
 
 
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.train.perception_probe",
+    parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.bench.perception_probe",
                                                description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, nargs="+", default=[1, 3], help="shapes per scene, one run each")
     parser.add_argument("--steps", type=int, default=300, help="SFT steps per run (batch 8)")
@@ -38,7 +38,6 @@ def colour_questions(k: int, n: int, seed: int, as_text: bool = False):
     `as_text` puts the scene into the prompt as words ("top left: red circle.") over a blank image."""
     from datasets import Dataset
     from PIL import Image
-
     from stepcritic.data_prep.images import to_rgb
     from stepcritic.data_prep.render import place, random_pairs, render_png
 
@@ -63,9 +62,8 @@ def colour_questions(k: int, n: int, seed: int, as_text: bool = False):
 
 def accuracy(model_dir: str, test) -> float:
     import torch
-    from trl.data_utils import prepare_multimodal_messages
-
     from stepcritic.train.loading import load_critic
+    from trl.data_utils import prepare_multimodal_messages
 
     model, processor = load_critic(model_dir)
     model.eval()
@@ -84,7 +82,6 @@ def accuracy(model_dir: str, test) -> float:
 def main(args: argparse.Namespace) -> list[dict]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from datasets import DatasetDict
-
     from stepcritic.train.config import parse_recipe
     from stepcritic.train.run import train
 

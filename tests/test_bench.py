@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from stepcritic.train import archs, bench
+from stepcritic.bench import train_throughput as bench
+from stepcritic.train import archs
 from stepcritic.train.config import parse_recipe
 
 QWEN_SFT = Path(__file__).resolve().parent.parent / "recipes" / "qwen2.5-vl-3b" / "sft-lora.yaml"

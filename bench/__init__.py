@@ -1,0 +1,7 @@
+"""Benchmarks, not tests: each module measures one thing and prints JSON; the README quotes their numbers.
+
+    python -m stepcritic.bench.train_throughput --config RECIPE    training samples/s, tokens/s, MFU
+    python -m stepcritic.bench.scoring                             PRM one-pass scoring vs writing critiques
+    python -m stepcritic.bench.masks                               assistant-mask encoding: transformers vs ours
+    python -m stepcritic.bench.perception_probe                    can the tiny critic read its images?
+"""
