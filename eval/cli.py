@@ -1,7 +1,7 @@
 """`stepcritic eval`: score judges on a chains dataset and write predictions, metrics, a report and plots.
 
-Only the standard library is imported here, so `--help` is instant; the runner (datasets, numpy, the
-judges) loads inside `main`.
+Only the standard library is imported here (the runner's top level is stdlib-only too: it gives the task
+names), so `--help` is instant; datasets, numpy and the judges load inside `main`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-TASKS = ("critique", "choice", "shiftcheck")  # the runner's task names, repeated to keep --help import-free
+from stepcritic.eval.runner import TASKS
 
 EPILOG = """\
 judge specs (repeat --judge to compare judges side by side):

@@ -5,12 +5,13 @@ questions) its cache lacks, streaming the dataset in the judge's batch size, the
 `predictions.jsonl` from the caches and hands gold + predictions to `report` for metrics, tables and
 plots. A run killed at any moment and started again with the same arguments finishes the job with
 exactly one judgment per chain and judge.
+
+Its top level imports only the standard library: `stepcritic eval --help` reads `TASKS` from here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import sys
@@ -31,29 +32,11 @@ class EvalError(RuntimeError):
 # ----------------------------------------------------------------------------- judges
 
 def build_judge(spec: str) -> Judge:
-    """A judge from its spec: registry kinds, or `py:package.module.Class[,key=value...]` for custom code.
+    """A judge from its spec (`judges.registry`: every kind, and `py:` for users' own Judge subclasses)."""
+    from stepcritic.eval.judges.registry import make_judge
 
-    The `py:` form lets users (and the tests) plug in a Judge subclass without touching the registry.
-    """
-    from stepcritic.eval.judges.registry import make_judge, typed
-
-    if spec.startswith("py:"):
-        target, *pairs = spec[3:].split(",")
-        module_name, _, class_name = target.replace(":", ".").rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError, ValueError) as e:
-            raise EvalError(f"judge spec {spec!r}: cannot import {target!r} ({e})") from None
-        if not (isinstance(cls, type) and issubclass(cls, Judge)):
-            raise EvalError(f"judge spec {spec!r}: {target!r} is not a Judge subclass")
-        options = {}
-        for pair in pairs:
-            key, sep, value = pair.partition("=")
-            if not sep:
-                raise EvalError(f"judge spec {spec!r}: option {pair!r} is not key=value")
-            options[key.strip()] = typed(value)
     try:
-        return cls(spec, **options) if spec.startswith("py:") else make_judge(spec)
+        return make_judge(spec)
     except (ValueError, KeyError, TypeError) as e:
         raise EvalError(f"judge spec {spec!r}: {e}") from None
 

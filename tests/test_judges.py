@@ -36,6 +36,8 @@ def fake_openai(server, **options):
     ({"kind": "openai", "target": "gpt-4o", "concurrency": 32}, JudgeSpec("openai", "gpt-4o", {"concurrency": 32})),
     ({"kind": "random", "options": {"rate": "0.25"}}, JudgeSpec("random", None, {"rate": 0.25})),
     ({"kind": "text-only", "target": {"kind": "random", "seed": 1}}, JudgeSpec("text-only", "random,seed=1")),
+    ("py:stepcritic.eval.judges.baselines.RandomJudge,seed=2",
+     JudgeSpec("py", "stepcritic.eval.judges.baselines.RandomJudge", {"seed": 2})),
 ])
 def test_good_specs(spec, expected):
     assert parse_spec(spec) == expected
@@ -54,6 +56,10 @@ def test_good_specs(spec, expected):
     ("text-only:oracle", "unknown judge kind 'oracle'"),
     ({"target": "x"}, "has no 'kind'"),
     ("", "non-empty"),
+    ("py", "py needs a class"),
+    ("py:no_such_module.Judge", "cannot import 'no_such_module.Judge'"),
+    ("py:json.JSONDecoder", "'json.JSONDecoder' is not a Judge subclass"),
+    ("py:stepcritic.eval.judges.baselines.RandomJudge,temperature=1", "unknown option 'temperature'"),
 ])
 def test_bad_specs_name_the_bad_part(spec, complaint):
     with pytest.raises(ValueError, match=complaint):
@@ -73,7 +79,13 @@ def test_bad_option_values_are_rejected_when_building():
 
 def test_every_kind_is_listed_with_help():
     assert {"always-correct", "random", "majority", "text-only", "hf", "openai", "vllm", "prm", "reward"} <= set(KINDS)
-    assert all(kind in describe_kinds() for kind in KINDS)
+    assert all(kind in describe_kinds() for kind in [*KINDS, "py"])
+
+
+def test_python_judges_are_built_by_the_registry_like_any_kind():
+    judge = make_judge("py:stepcritic.eval.judges.baselines.RandomJudge,seed=2,blank_image=true")
+    assert isinstance(judge, TextOnlyJudge) and isinstance(judge.inner, RandomJudge)
+    assert judge.inner.seed == 2 and judge.inner.spec == "py:stepcritic.eval.judges.baselines.RandomJudge,seed=2"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")

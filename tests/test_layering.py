@@ -27,6 +27,18 @@ def test_module_imports_no_training_code(module):
     assert json.loads(out.stdout) == []
 
 
+@pytest.mark.parametrize("module", ["stepcritic.cli", "stepcritic.data_prep.cli", "stepcritic.eval.cli",
+                                    "stepcritic.train.cli"])
+def test_command_modules_import_only_the_standard_library(module):
+    # what `--help` and the choices lists cost: the task, kind and format lists they import must stay stdlib-only
+    code = ("import sys, json; before = set(sys.modules); "
+            f"import {module}; "
+            "print(json.dumps(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+            "- set(sys.stdlib_module_names) - {'stepcritic'})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
 def shipped_sources() -> list[str]:
     top = [os.path.join(REPO, name) for name in os.listdir(REPO) if name.endswith(".py")]
     nested = [os.path.join(root, name) for folder in SHIPPED_FOLDERS

@@ -5,12 +5,14 @@
     hf:runs/critic,mode=critique,max_new_tokens=256
     openai:gpt-4o,base_url=http://127.0.0.1:8000/v1,concurrency=32,strategy=lookback
     text-only:openai:gpt-4o,concurrency=32         (everything after "text-only:" is the inner spec)
+    py:package.module.Class,delay=0.1              (any Judge subclass importable from PYTHONPATH)
     {"kind": "openai", "target": "gpt-4o", "concurrency": 32, "blank_image": true}
 
 Values are typed (`true`/`false`, integers, floats, else strings) and then checked against the judge
 class's `OPTIONS` (name -> type). `blank_image=true` on any spec is the same as wrapping it in
 `text-only:`. Judge classes are imported only when a spec names them, so listing kinds stays instant.
-A judge class is built as `cls(canonical_spec, target=TARGET, **options)` (no `target` when absent).
+A judge class is built as `cls(canonical_spec, target=TARGET, **options)` (no `target` when absent); a
+`py:` class, whose target is the class itself, as `cls(canonical_spec, **options)`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ KINDS: dict[str, tuple[str, str]] = {
                "trained outcome reward model (chain scores only): reward:MODEL_DIR"),
 }
 WRAPPERS = {"text-only"}  # kinds whose target is a whole inner spec
+PYTHON = "py"  # the kind whose target is a Judge subclass to import: users' (and the tests') own judges
+PYTHON_HELP = "any Judge subclass importable from PYTHONPATH: py:package.module.Class[,key=value...]"
 GENERIC_OPTIONS = {"blank_image": bool}  # accepted by every kind, handled here
 
 
@@ -74,9 +78,12 @@ def typed(value):
     return text
 
 
-def judge_class(kind: str):
+def judge_class(kind: str, target: str | None = None):
+    """The class a spec's kind names (for `py:`, the class its target names)."""
+    if kind == PYTHON:
+        return _python_class(target)
     if kind not in KINDS:
-        raise ValueError(f"unknown judge kind {kind!r}; known kinds: {', '.join(KINDS)}")
+        raise ValueError(f"unknown judge kind {kind!r}; known kinds: {', '.join([*KINDS, PYTHON])}")
     module_name, class_name = KINDS[kind][0].split(":")
     try:
         return getattr(importlib.import_module(module_name), class_name)
@@ -84,9 +91,24 @@ def judge_class(kind: str):
         raise ValueError(f"judge kind {kind!r} is not available here: cannot import {module_name} ({e})") from None
 
 
-def _checked_options(kind: str, options: dict, where: str) -> dict:
+def _python_class(target: str | None):
+    from stepcritic.eval.judges.base import Judge
+
+    if not target:
+        raise ValueError(f"{PYTHON} needs a class, as in {PYTHON}:package.module.Class")
+    module_name, _, class_name = target.replace(":", ".").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"cannot import {target!r} ({e})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Judge)):
+        raise ValueError(f"{target!r} is not a Judge subclass")
+    return cls
+
+
+def _checked_options(kind: str, target: str | None, options: dict, where: str) -> dict:
     """Options coerced to the types the judge class declares; unknown names are an error."""
-    own = getattr(judge_class(kind), "OPTIONS", None)
+    own = getattr(judge_class(kind, target), "OPTIONS", None)
     if own is None:  # a class that declares no option list checks its own keyword arguments
         return dict(options)
     declared = {**GENERIC_OPTIONS, **own}
@@ -125,7 +147,7 @@ def parse_spec(spec) -> JudgeSpec:
     kind, colon, target = (part.strip() for part in head.partition(":"))
     if colon and not target:
         raise ValueError(f"judge spec {spec!r}: empty target after {kind!r}:")
-    judge_class(kind)
+    judge_class(kind, target or None)
     options = {}
     for pair in pairs:
         name, eq, value = (part.strip() for part in pair.partition("="))
@@ -134,7 +156,7 @@ def parse_spec(spec) -> JudgeSpec:
         if name in options:
             raise ValueError(f"judge spec {spec!r}: option {name!r} given twice")
         options[name] = typed(value)
-    return JudgeSpec(kind, target or None, _checked_options(kind, options, f"judge spec {spec!r}"))
+    return JudgeSpec(kind, target or None, _checked_options(kind, target or None, options, f"judge spec {spec!r}"))
 
 
 def _parse_dict(block: dict) -> JudgeSpec:
@@ -144,14 +166,14 @@ def _parse_dict(block: dict) -> JudgeSpec:
         raise ValueError(f"judge block {block!r} has no 'kind'")
     target = block.pop("target", None)
     options = {**block.pop("options", {}), **block}
-    judge_class(kind)
+    judge_class(kind, None if target is None else str(target))
     if kind in WRAPPERS:
         if target is None or options:
             raise ValueError(f"judge block of kind {kind!r} takes only 'target' (the inner spec or block)")
         return JudgeSpec(kind, str(parse_spec(target)))
     options = {k: typed(v) for k, v in options.items()}
-    return JudgeSpec(kind, None if target is None else str(target),
-                     _checked_options(kind, options, f"judge block of kind {kind!r}"))
+    target = None if target is None else str(target)
+    return JudgeSpec(kind, target, _checked_options(kind, target, options, f"judge block of kind {kind!r}"))
 
 
 def make_judge(spec):
@@ -164,12 +186,13 @@ def make_judge(spec):
         inner = JudgeSpec(js.kind, js.target, options)
         return judge_class("text-only")(f"text-only:{inner}", make_judge(inner))
     canonical = str(JudgeSpec(js.kind, js.target, options))
-    if js.target is not None:
+    if js.target is not None and js.kind != PYTHON:
         options["target"] = js.target
-    return judge_class(js.kind)(canonical, **options)
+    return judge_class(js.kind, js.target)(canonical, **options)
 
 
 def describe_kinds() -> str:
     """One line per kind, for `stepcritic eval --list-judges`."""
-    width = max(map(len, KINDS))
-    return "\n".join(f"{kind:<{width}}  {help_text}" for kind, (_, help_text) in KINDS.items())
+    helps = {**{kind: help_text for kind, (_, help_text) in KINDS.items()}, PYTHON: PYTHON_HELP}
+    width = max(map(len, helps))
+    return "\n".join(f"{kind:<{width}}  {help_text}" for kind, help_text in helps.items())
