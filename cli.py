@@ -29,6 +29,7 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     from stepcritic import __version__
 
     parser.add_argument("--version", action="version", version=f"stepcritic {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of a user error too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
@@ -48,8 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     if extra and not getattr(args, "_accepts_overrides", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
+    from stepcritic.errors import UserError
+
     try:
         return int(args._main(args) or 0)
+    except UserError as e:  # bad input: one line, exit 2; a bug keeps its traceback
+        if args.debug:
+            raise
+        print(f"stepcritic {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

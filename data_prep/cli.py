@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
             stats = ingest(args.format, args.input, args.out, args.image_root, args.on_error,
                            log=lambda m: print(m, file=sys.stderr))
         except IngestError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"stepcritic data: error: {e}", file=sys.stderr)
             return 2
         print(f"ingested {_summary(stats, ('n_records', 'n_chains', 'n_steps', 'n_rejected'))} -> {args.out}")
         if "chain_label_check" in stats:
@@ -91,13 +91,13 @@ def main(args: argparse.Namespace) -> int:
             chains = load_chains(args.chains)
             mix = json.loads(args.pref_mix) if args.pref_mix else None
         except (FileNotFoundError, json.JSONDecodeError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"stepcritic data: error: {e}", file=sys.stderr)
             return 2
         try:
             stats = build_dataset(chains, args.kind, args.out, test_fraction=args.test_fraction, seed=args.seed,
                                   template=args.template, pref_mix=mix)
         except (ValueError, FileNotFoundError) as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"stepcritic data: error: {e}", file=sys.stderr)
             return 2
         rows = stats.get("rows", stats)
         print(f"built {args.kind}: {json.dumps(rows)} -> {args.out}")

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from stepcritic.data_prep.splits import HELD_OUT, SPLITS, TRAIN
+from stepcritic.errors import UserError
 
 __all__ = ["TRAIN", "HELD_OUT", "SPLITS", "KINDS", "KIND_NAMES", "METHOD_KINDS", "STATS_FILE", "DataContractError",
            "built_kind", "missing_columns", "build_command"]
@@ -50,7 +51,7 @@ METHOD_KINDS = {method: tuple(kind for kind, spec in KINDS.items() if method in 
                 for method in ("sft", "prm", "dpo", "reward", "grpo")}
 
 
-class DataContractError(ValueError):
+class DataContractError(UserError, ValueError):
     """A dataset that does not match what the recipe trains on; the message is one line naming the path."""
 
 

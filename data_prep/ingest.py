@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from typing import Iterator
 
 from stepcritic.data_prep.schema import SchemaError, save_chains, validate_chain
+from stepcritic.errors import UserError
 
 # format -> adapter module; each exposes `convert(raw, where, ctx) -> dict` (a chain before validation),
 # `default_image_root(input_path) -> str|None`, and optionally `check(chains, stats)` for source-specific
@@ -29,8 +30,8 @@ STEP_ASPECTS = ("type", "correct", "description_correctness", "description_relev
                 "logic_relevant", "informative", "logic_error", "human_score")
 
 
-class IngestError(RuntimeError):
-    pass
+class IngestError(UserError, RuntimeError):
+    """Input that cannot be ingested at all (missing file, unknown format, every record rejected)."""
 
 
 def read_records(path: str) -> Iterator[tuple[str, object]]:

@@ -17,6 +17,8 @@ import json
 import os
 from typing import Any, Iterable
 
+from stepcritic.errors import UserError
+
 STEP_TYPES = ("description", "reasoning", "both")
 DESCRIPTION_CORRECTNESS = ("correct", "partial", "unsupported")
 DESCRIPTION_RELEVANCE = ("both", "image", "logic", "none")
@@ -42,7 +44,7 @@ CHAIN_FIELDS = (
 )
 
 
-class SchemaError(ValueError):
+class SchemaError(UserError, ValueError):
     """A record breaks the schema. `where` names the record (file:line or chain id), `field` the field."""
 
     def __init__(self, message: str, where: str | None = None, field: str | None = None):

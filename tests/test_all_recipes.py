@@ -264,13 +264,18 @@ def _run(args):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
 
 
-@pytest.mark.parametrize("case", ["wrong-kind", "missing-path"])
+@pytest.mark.parametrize("case", ["wrong-kind", "missing-path", "missing-model"])
 def test_user_errors_end_with_one_line_and_exit_2(case, built, tmp_path):
     recipe = str(RECIPES_DIR / "qwen2.5-vl-3b" / "prm-lora.yaml")
     if case == "wrong-kind":  # through `stepcritic train`
         data = built["critique-sft"]
         result = _run(["-m", "stepcritic", "train", "--config", recipe, "--dataset_path", data])
         expected = [data, "'critique-sft'", "'prm-sft'"]
+    elif case == "missing-model":  # right data, a model folder that is not there (found only when loading)
+        model = str(tmp_path / "no-such-model")
+        result = _run(["-m", "stepcritic", "train", "--config", recipe, "--dataset_path", built["prm-sft"],
+                       "--model_name_or_path", model, "--use_cpu", "true", "--bf16", "false"])
+        expected = [model, "model_name_or_path"]
     else:  # through `python -m stepcritic.train`, what `accelerate launch -m` runs
         data = str(tmp_path / "no-such-data")
         result = _run(["-m", "stepcritic.train", "--config", recipe, "--dataset_path", data])

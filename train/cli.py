@@ -38,8 +38,8 @@ def main(args: argparse.Namespace) -> int:
 
     if not os.path.isfile(args.config):
         return _error(f"recipe file {args.config!r} not found")
-    from stepcritic.data_prep.contract import DataContractError
-    from stepcritic.train.config import RecipeError, parse_recipe
+    from stepcritic.errors import UserError
+    from stepcritic.train.config import parse_recipe
 
     try:
         recipe = parse_recipe(args.config, getattr(args, "overrides", None) or [])
@@ -50,6 +50,6 @@ def main(args: argparse.Namespace) -> int:
         from stepcritic.train.run import train
 
         train(recipe)
-    except (RecipeError, DataContractError) as e:
+    except UserError as e:  # recipe, data, model path: one line here, whichever way the command was started
         return _error(e)
     return 0

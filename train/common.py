@@ -12,6 +12,7 @@ import logging
 import os
 
 from stepcritic.data_prep.contract import TRAIN, DataContractError, missing_columns
+from stepcritic.errors import UserError
 from stepcritic.train import archs
 
 logger = logging.getLogger("stepcritic.train")
@@ -48,7 +49,14 @@ def load_model(recipe, path: str | None = None, trainable: bool = True):
         # Quantised weights are placed at load time, each process on its own GPU.
         init_kwargs.update(quantization_config=quantization, device_map={"": PartialState().local_process_index})
 
-    return load_critic(path, trainable=trainable, revision=model_args.model_revision, **init_kwargs)
+    try:
+        return load_critic(path, trainable=trainable, revision=model_args.model_revision, **init_kwargs)
+    except OSError as e:  # not found locally, not on the Hub or offline: the recipe's model, not a bug
+        raise ModelNotFound(f"cannot load model_name_or_path {path!r}: {str(e).splitlines()[0]}") from e
+
+
+class ModelNotFound(UserError):
+    """The recipe's model (or adapter) cannot be loaded: a wrong path, or a Hub name not cached offline."""
 
 
 def is_peft(model) -> bool:

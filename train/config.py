@@ -29,6 +29,7 @@ from pathlib import Path
 from transformers import HfArgumentParser, TrainingArguments
 
 from stepcritic.data_prep.contract import HELD_OUT, METHOD_KINDS
+from stepcritic.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ RENAMED_KEYS = {
 }
 
 
-class RecipeError(ValueError):
+class RecipeError(UserError, ValueError):
     """A recipe (or an override) that cannot be turned into training arguments; the message names the key."""
 
 

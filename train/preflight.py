@@ -20,6 +20,7 @@ import time
 from stepcritic.data_prep import contract
 from stepcritic.data_prep.contract import TRAIN, DataContractError
 from stepcritic.train import common, loading
+from stepcritic.train.common import ModelNotFound
 from stepcritic.train.config import DATASET_KINDS
 
 SAMPLE_ROWS = 8  # rows per split whose images are decoded and whose token lengths are measured
@@ -54,6 +55,17 @@ def check_dataset_kind(recipe) -> str:
     raise DataContractError(
         f"{where}, but method {args.method!r} expects {' or '.join(repr(kind) for kind in allowed)}; build one with "
         f"`{contract.build_command(expected, 'DIR')}` and pass --dataset_path DIR")
+
+
+def check_model_path(recipe) -> None:
+    """A model named by a local path (absolute, ./, ../ or ~) must exist: said in one line before anything loads.
+    Hub names are left to `from_pretrained` (offline, an uncached name fails there, also as one line)."""
+    if recipe.script_args.tiny_model:
+        return
+    path = recipe.model_args.model_name_or_path or ""
+    looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path)
+    if looks_local and not os.path.isdir(os.path.expanduser(path)):
+        raise ModelNotFound(f"model_name_or_path {path!r}: no such folder")
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -225,6 +237,10 @@ def dry_run(recipe, out=None, err=None) -> int:
              *(("adjusted", note) for note in recipe.adjustments)]
     description, processes, problems = launcher()
     train_rows = _check_data(recipe, lines, problems)
+    try:
+        check_model_path(recipe)
+    except ModelNotFound as e:
+        problems.append(str(e))
     batch, steps = plan(recipe, train_rows, processes)
     lines += [("launcher", description), ("batch", f"global {batch}"), ("steps", steps), ("output", targs.output_dir)]
     if int(os.environ.get("RANK", "0") or 0) == 0:  # under `accelerate launch`, one report, not one per process

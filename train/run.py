@@ -52,7 +52,9 @@ def train(recipe) -> dict:
 
     args = recipe.training_args
     method = recipe.script_args.method
-    data_note = preflight.check_dataset_kind(recipe)  # first: a wrong dataset stops here, before any logging noise
+    # first: a wrong dataset or model path stops here, before any logging noise
+    data_note = preflight.check_dataset_kind(recipe)
+    preflight.check_model_path(recipe)
     _setup_logging(args)
     for note in recipe.adjustments:
         common.logger.info("recipe adjustment: %s", note)
