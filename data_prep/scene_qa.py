@@ -2,7 +2,7 @@
 
 Every real critic starts from a VLM that can already say what is in a picture; the offline tiny critic starts
 from nothing. These conversations are the offline stand-in for that VLM's pre-training (LLaVA's caption and
-visual-question stages): one rendered scene, a caption listing every cell, then short questions about colours,
+visual-question stages): one rendered scene, sometimes a caption listing every cell, then short questions about colours,
 positions, counts, kinds, relations and sizes, each answered from the scene. They never contain a reasoning
 chain, a step or a correctness label, so a base trained on them has learnt to look, not to judge.
 
@@ -58,8 +58,11 @@ def _count_colour(rng, items):
 
 
 def _exists(rng, items):
-    shape = rng.choice(SHAPES)
-    return f"Is there a {shape} in the image?", "yes" if any(it.shape == shape for it in items) else "no"
+    present = sorted({it.shape for it in items})
+    absent = [shape for shape in SHAPES if shape not in present]
+    if rng.random() < 0.5 or not absent:
+        return f"Is there a {rng.choice(present)} in the image?", "yes"
+    return f"Is there a {rng.choice(absent)} in the image?", "no"
 
 
 def _relation(rng, items):
@@ -80,22 +83,29 @@ def _bigger(rng, items):
         return f"Is the {a.name} bigger than the {b.name}?", "yes" if a.size == "big" else "no"
 
 
+# Yes/no checks are asked true half of the time: drawn blindly, "Is the circle red?" would be "no" 3 times in 4, a
+# base would learn to say "no", and checking a claim against the picture is what a critic needs most.
 def _is_colour(rng, items):
     once = [it for it in items if _unique(items, it.shape)]
     if once:
-        it, colour = rng.choice(once), rng.choice(COLOUR_NAMES)
+        it = rng.choice(once)
+        colour = it.colour if rng.random() < 0.5 else rng.choice([c for c in COLOUR_NAMES if c != it.colour])
         return f"Is the {it.shape} {colour}?", "yes" if colour == it.colour else "no"
 
 
 def _is_at(rng, items):
-    it, row, col = rng.choice(items), rng.randrange(3), rng.randrange(3)
+    it = rng.choice(items)
+    cells = [(r, c) for r in range(3) for c in range(3)]
+    row, col = (it.row, it.col) if rng.random() < 0.5 else rng.choice([rc for rc in cells if rc != (it.row, it.col)])
     return f"Is the {it.name} at the {CELL_NAMES[row][col]}?", "yes" if (it.row, it.col) == (row, col) else "no"
 
 
 def _is_count(rng, items):
-    shape, k = rng.choice(SHAPES), rng.randint(1, 3)
+    shape = rng.choice(sorted({it.shape for it in items}))
+    count = sum(it.shape == shape for it in items)
+    k = count if rng.random() < 0.5 and count <= 3 else rng.choice([n for n in (1, 2, 3) if n != count])
     plural = PLURALS[shape] if k > 1 else shape
-    return f"{'Are there' if k > 1 else 'Is there'} {k} {plural}?", "yes" if sum(it.shape == shape for it in items) == k else "no"
+    return f"{'Are there' if k > 1 else 'Is there'} {k} {plural}?", "yes" if count == k else "no"
 
 
 def _sum(rng, items):
@@ -105,25 +115,33 @@ def _sum(rng, items):
 
 
 def _more(rng, items):
-    c1, c2 = rng.sample(COLOUR_NAMES, 2)
-    more = sum(it.colour == c1 for it in items) > sum(it.colour == c2 for it in items)
-    return f"Are there more {c1} shapes than {c2} shapes?", "yes" if more else "no"
+    counts = {c: sum(it.colour == c for it in items) for c in COLOUR_NAMES}
+    pairs = [(a, b) for a in COLOUR_NAMES for b in COLOUR_NAMES if a != b and counts[a] + counts[b] > 0]
+    want = rng.random() < 0.5
+    matching = [(a, b) for a, b in pairs if (counts[a] > counts[b]) == want]
+    a, b = rng.choice(matching or pairs)
+    return f"Are there more {a} shapes than {b} shapes?", "yes" if counts[a] > counts[b] else "no"
 
 
 QUESTIONS = (_colour, _where, _what_at, _count_shape, _count_colour, _exists, _relation, _bigger, _is_colour, _is_at,
              _is_count, _sum, _more)
 
 
-def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96,
-                 max_items: int = 6) -> tuple[list[dict], bytes]:
-    """One scene of 1..max_items shapes: [image] caption request, then `n_questions` questions, as chat messages
-    (the image on the first user turn) and the scene's PNG bytes."""
+def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96, max_items: int = 6,
+                 caption_rate: float = 0.3) -> tuple[list[dict], bytes]:
+    """One scene of 1..max_items shapes as chat messages (the image on the first user turn) and its PNG bytes:
+    `n_questions` questions, after a caption in `caption_rate` of conversations. Mostly without: once the
+    caption is in the context, every later answer can be copied from its words instead of read off the image."""
     from stepcritic.data_prep.prompts import assistant_turn, user_turn, user_with_image
 
     items = place(rng, random_pairs(rng, rng.randint(1, max_items)))
-    messages = [user_with_image("Describe the image."), assistant_turn(caption(items))]
-    while len(messages) < 2 + 2 * n_questions:
+    messages = []
+    if rng.random() < caption_rate:
+        messages = [user_with_image("Describe the image."), assistant_turn(caption(items))]
+    questions = 0
+    while questions < n_questions:
         asked = rng.choice(QUESTIONS)(rng, items)
         if asked:
-            messages += [user_turn(asked[0]), assistant_turn(asked[1])]
+            messages += [user_turn(asked[0]) if messages else user_with_image(asked[0]), assistant_turn(asked[1])]
+            questions += 1
     return messages, render_png(items, image_size)
