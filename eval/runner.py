@@ -223,7 +223,7 @@ def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], ou
 def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, limit: int | None = None,
              matcher: str = "lexical", progress: bool = True, log=print) -> dict:
     """Judge, cache, and write predictions.jsonl, metrics.json, report.md and plots/ under `out_dir`."""
-    from stepcritic.eval import report
+    from stepcritic.eval import report, results
 
     unknown = set(tasks) - set(TASKS)
     if unknown:
@@ -240,13 +240,13 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, l
     wants_critiques = bool({"critique", "choice"} & set(tasks))
     os.makedirs(out_dir, exist_ok=True)
 
-    results = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
-                                     wants_critiques, progress) for judge in judges}
+    runs = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
+                                  wants_critiques, progress) for judge in judges}
     write_jsonl_atomic(os.path.join(out_dir, "predictions.jsonl"),
-                       (p for result in results.values() for p in result["predictions"]))
-    metrics = report.compute_metrics(gold, {name: r["predictions"] for name, r in results.items()},
-                                     {name: r["picks"] for name, r in results.items()}, tasks=tasks, matcher=matcher)
-    for name, result in results.items():
+                       (p for run in runs.values() for p in run["predictions"]))
+    metrics = results.compute_metrics(gold, {name: r["predictions"] for name, r in runs.items()},
+                                      {name: r["picks"] for name, r in runs.items()}, tasks=tasks, matcher=matcher)
+    for name, result in runs.items():
         metrics["judges"][name].update(run=result["run"], fingerprint=result["fingerprint"])
     report.write_report(metrics, out_dir)
     for name in names:

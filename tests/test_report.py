@@ -8,7 +8,7 @@ import pytest
 import helpers
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import metrics as M
-from stepcritic.eval.report import leaderboard
+from stepcritic.eval.report import leaderboard, render
 from stepcritic.eval.runner import build_judge, evaluate
 
 JUDGES = ("always-correct", "random,rate=0.4,seed=3")
@@ -47,6 +47,11 @@ def test_report_lists_every_judge_and_the_paper_columns(run):
         assert f"| {column} |" in report
     assert "| Propagation bias |" in report  # VISCO's failure-pattern diagnostics
     assert "## Category: perception" in report and "## Category: reasoning" in report
+
+
+def test_report_is_rendered_from_metrics_json_alone(run):
+    # computing and rendering are apart: the saved numbers redraw the same report without re-scoring
+    assert render(run["metrics"]) == run["report"]
 
 
 def test_metrics_json_equals_the_metric_functions_applied_to_the_predictions(run):
