@@ -8,8 +8,8 @@ import sys
 
 from stepcritic.data_prep.contract import KIND_NAMES as BUILD_KINDS
 from stepcritic.data_prep.contract import KINDS, SPLITS
-
-INGEST_FORMATS = ("miceval", "visco", "stepwise", "jsonl")
+from stepcritic.data_prep.ingest import FORMATS
+from stepcritic.data_prep.synth import LEVELS
 
 
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -21,7 +21,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                                    "into a canonical chains dataset plus stats.json.",
                        epilog="example: stepcritic data ingest --format miceval "
                               "--input ../shared/data/miceval/dataset/MiCEval_Normal.jsonl --out data/miceval")
-    p.add_argument("--format", required=True, choices=INGEST_FORMATS, help="input format")
+    p.add_argument("--format", required=True, choices=FORMATS, help="input format")
     p.add_argument("--input", required=True, help="input file (.jsonl, .json or .parquet)")
     p.add_argument("--image-root", default=None,
                    help="folder image paths are relative to (default: the format's convention, e.g. the MiCEval release root)")
@@ -35,7 +35,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--n", type=int, default=1000, help="number of chains (default 1000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--image-size", type=int, default=96, help="image side in pixels (default 96)")
-    p.add_argument("--level", choices=("standard", "easy"), default="standard",
+    p.add_argument("--level", choices=LEVELS, default="standard",
                    help="standard: 3-5 shapes per scene, every question kind (default); easy: 1-2 shapes, "
                         "perception questions only (what a from-scratch critic learns on a CPU)")
     p.add_argument("--out", required=True, help="output folder for the chains dataset")

@@ -1,7 +1,7 @@
 """`stepcritic eval`: score judges on a chains dataset and write predictions, metrics, a report and plots.
 
-Only the standard library is imported here (the runner's top level is stdlib-only too: it gives the task
-names), so `--help` is instant; datasets, numpy and the judges load inside `main`.
+Only the standard library is imported here (the runner's and the matchers' top levels are stdlib-only too:
+they give the task and matcher names), so `--help` is instant; datasets, numpy and the judges load in `main`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.runner import TASKS
 
 EPILOG = """\
@@ -57,7 +58,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         help=f"which evaluations to run, from {', '.join(TASKS)} (default: all)")
     parser.add_argument("--limit", type=int, default=None, metavar="N",
                         help="judge only the first N chains")
-    parser.add_argument("--matcher", default="lexical", choices=("lexical", "embedding"),
+    parser.add_argument("--matcher", default="lexical", choices=MATCHERS,
                         help="explanation matcher for explanation F1: token overlap (default) or MiniLM "
                              "embeddings (needs the `embed` extra)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")

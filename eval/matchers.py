@@ -93,6 +93,9 @@ class EmbeddingMatcher:
         return float(self.similarity(explanation, reference) >= self.threshold)
 
 
+# the matchers offered by name (`stepcritic eval --matcher`); JudgeMatcher needs a model to ask, so code builds it
+MATCHERS = {"lexical": LexicalMatcher, "embedding": EmbeddingMatcher}
+
 JUDGE_PROMPT = """You are checking a critique of one reasoning step.
 
 A human expert found this step wrong and described the error as follows:

@@ -16,9 +16,8 @@ from __future__ import annotations
 import statistics
 
 from stepcritic.eval import metrics as M
-from stepcritic.eval.matchers import EmbeddingMatcher, LexicalMatcher
+from stepcritic.eval.matchers import MATCHERS
 
-MATCHERS = {"lexical": LexicalMatcher, "embedding": EmbeddingMatcher}
 CALIBRATION_BINS = 10
 
 
