@@ -16,13 +16,14 @@ from stepcritic.bench.timing import median_of
 def assistant_masks(n_rows: int, rounds: int = 5) -> dict:
     """Encoding `n_rows` PRM conversations (5-step chains) with their assistant-token masks, as TRL's collator
     does every step: transformers' own mask loop vs `fast_masks` (median of `rounds`, same process)."""
+    from transformers.processing_utils import ProcessorMixin
+    from trl.data_utils import prepare_multimodal_messages
+
     from stepcritic.data_prep import prompts
     from stepcritic.data_prep.images import to_rgb
     from stepcritic.train import fast_masks
     from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny import tiny_critic_path
-    from transformers.processing_utils import ProcessorMixin
-    from trl.data_utils import prepare_multimodal_messages
 
     _, processor = load_critic(tiny_critic_path())
     conversations = [prepare_multimodal_messages(prompts.prm_messages(c), images=[to_rgb(c["image"])])

@@ -38,6 +38,7 @@ def colour_questions(k: int, n: int, seed: int, as_text: bool = False):
     `as_text` puts the scene into the prompt as words ("top left: red circle.") over a blank image."""
     from datasets import Dataset
     from PIL import Image
+
     from stepcritic.data_prep.images import to_rgb
     from stepcritic.data_prep.render import place, random_pairs, render_png
 
@@ -62,8 +63,9 @@ def colour_questions(k: int, n: int, seed: int, as_text: bool = False):
 
 def accuracy(model_dir: str, test) -> float:
     import torch
-    from stepcritic.train.loading import load_critic
     from trl.data_utils import prepare_multimodal_messages
+
+    from stepcritic.train.loading import load_critic
 
     model, processor = load_critic(model_dir)
     model.eval()
@@ -82,6 +84,7 @@ def accuracy(model_dir: str, test) -> float:
 def main(args: argparse.Namespace) -> list[dict]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from datasets import DatasetDict
+
     from stepcritic.train.config import parse_recipe
     from stepcritic.train.run import train
 

@@ -23,11 +23,12 @@ def five_step_chains(n: int) -> list[dict]:
 
 def prm_vs_generate(model_path: str | None, n_chains: int, batch_size: int, rounds: int = 3) -> dict:
     import torch
+    from trl.data_utils import prepare_multimodal_messages
+
     from stepcritic.data_prep import prompts
     from stepcritic.data_prep.images import to_rgb
-    from stepcritic.train.prm import PRMScorer
+    from stepcritic.train.scoring import PRMScorer
     from stepcritic.train.tiny import tiny_critic_path
-    from trl.data_utils import prepare_multimodal_messages
 
     path = model_path or tiny_critic_path()
     scorer = PRMScorer.from_pretrained(path, batch_size=batch_size)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import time
 
 from stepcritic.bench.timing import timed
 
@@ -31,8 +30,9 @@ def peak_flops(device_name: str) -> float | None:
 
 def build_model(recipe, real_size: bool, device="cpu"):
     import torch
-    from stepcritic.train import archs, common
     from transformers import AutoModelForImageTextToText
+
+    from stepcritic.train import archs, common
 
     name = recipe.model_args.model_name_or_path
     if recipe.script_args.tiny_model:
@@ -120,6 +120,7 @@ def train_throughput(recipe, steps: int, real_size: bool, seq_len: int | None, i
 
     import torch
     from accelerate import Accelerator
+
     from stepcritic.train import common
 
     args = recipe.training_args

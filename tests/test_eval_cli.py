@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
+import helpers
 import pytest
 
-import helpers
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import cli
 from stepcritic.eval.judges.base import Judge

@@ -10,9 +10,23 @@ import pytest
 
 from stepcritic.eval.matchers import EmbeddingMatcher, JudgeMatcher, LexicalMatcher, parse_yes_no, token_f1
 from stepcritic.eval.metrics import (
-    METRICS, answer_f1, choice_ranking_accuracy, correction_gain, error_propagation, explanation_f1,
-    explanation_match_f1, miceval_chain_score, rpts, rpts_chain, somers_d, spearman, step_f1, step_heights,
-    verifier_accuracy, viscore)
+    METRICS,
+    answer_f1,
+    choice_ranking_accuracy,
+    correction_gain,
+    error_propagation,
+    explanation_f1,
+    explanation_match_f1,
+    miceval_chain_score,
+    rpts,
+    rpts_chain,
+    somers_d,
+    spearman,
+    step_f1,
+    step_heights,
+    verifier_accuracy,
+    viscore,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -3,9 +3,9 @@
 import json
 import os
 
+import helpers
 import pytest
 
-import helpers
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import metrics as M
 from stepcritic.eval.report import leaderboard, render

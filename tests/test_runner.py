@@ -7,9 +7,9 @@ import subprocess
 import sys
 import time
 
+import helpers
 import pytest
 
-import helpers
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval.cache import JsonlLog
 from stepcritic.eval.judges.base import Critique, Judge

@@ -3,7 +3,7 @@
 import os
 
 import pytest
-from helpers import chains, RECIPES
+from helpers import RECIPES, chains
 
 from stepcritic.data_prep.build import build_dataset
 from stepcritic.train import common, dpo
@@ -25,8 +25,8 @@ def lora(model, adapter="default"):
 
 
 def test_dpo_continues_the_sft_adapter_against_a_frozen_copy(data, tmp_path):
-    from stepcritic.train.run import train
     from stepcritic.train.loading import load_critic
+    from stepcritic.train.run import train
 
     sft_dir = tmp_path / "sft"
     train(parse_recipe(os.path.join(RECIPES, "critique-sft.yaml"), dict(

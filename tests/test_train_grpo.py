@@ -4,11 +4,12 @@ import json
 import os
 
 import pytest
-from helpers import chains, RECIPES, built_dataset
+from helpers import RECIPES, built_dataset, chains
 
 from stepcritic.data_prep import critique
 from stepcritic.train import grpo
 from stepcritic.train.config import parse_recipe
+
 
 def as_completion(text):
     return [{"role": "assistant", "content": text}]
@@ -49,8 +50,8 @@ def test_prompt_rows_carry_the_gold_labels(critique_data):
 
 
 def test_two_grpo_steps_pass_gold_labels_to_the_reward_and_train(critique_data, tmp_path, monkeypatch):
-    from stepcritic.train.run import train
     from stepcritic.train.loading import load_critic
+    from stepcritic.train.run import train
 
     calls = []
     real_reward = grpo.critique_reward

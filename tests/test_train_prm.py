@@ -4,13 +4,14 @@ import os
 
 import pytest
 import torch
-from helpers import chain, chains, step, RECIPES
+from helpers import RECIPES, chain, chains, step
 
 from stepcritic.data_prep import prompts
 from stepcritic.data_prep.build import build_dataset
-from stepcritic.train.config import parse_recipe
 from stepcritic.data_prep.images import to_rgb
-from stepcritic.train.prm import PRMScorer
+from stepcritic.train.config import parse_recipe
+from stepcritic.train.scoring import PRMScorer
+
 
 @pytest.fixture(scope="module")
 def trained_prm(tmp_path_factory):
@@ -101,12 +102,12 @@ def test_prm_judge_verdicts_scores_and_fingerprint(trained_prm, tmp_path):
 
 def test_prm_training_never_shows_gold_judgements_in_the_input(trained_prm, tmp_path):
     """Teacher-forcing earlier `+`/`-` would let the PRM copy them (errors propagate) instead of judging."""
-    from stepcritic.train import common, sft
+    from stepcritic.train import common, prm
 
     _, recipe, _ = trained_prm
     model, processor = common.load_model(recipe)
     train_data, eval_data = common.load_splits(recipe)
-    trainer = sft.build_trainer(recipe, model, processor, train_data, eval_data)
+    trainer = prm.build_trainer(recipe, model, processor, train_data, eval_data)
     batch = trainer.data_collator([dict(train_data[i]) for i in range(4)])
     tokenizer = processor.tokenizer
     plus, minus = (tokenizer.convert_tokens_to_ids(t) for t in (prompts.PRM_POSITIVE, prompts.PRM_NEGATIVE))

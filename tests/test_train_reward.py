@@ -4,11 +4,13 @@ import os
 
 import pytest
 import torch
-from helpers import chains, RECIPES, built_dataset
+from helpers import RECIPES, built_dataset, chains
 
 from stepcritic.train import common
 from stepcritic.train.config import parse_recipe
-from stepcritic.train.reward import PairCollator, RewardScorer, VLMRewardModel
+from stepcritic.train.reward import PairCollator, VLMRewardModel
+from stepcritic.train.scoring import RewardScorer
+
 
 @pytest.fixture(scope="module")
 def outcome_data(tmp_path_factory):

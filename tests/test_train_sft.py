@@ -3,11 +3,12 @@
 import os
 
 import pytest
-from helpers import chains, RECIPES, built_dataset
+from helpers import RECIPES, built_dataset, chains
 
 from stepcritic.data_prep import prompts
 from stepcritic.train import common
 from stepcritic.train.config import parse_recipe
+
 
 @pytest.fixture(scope="module")
 def critique_data(tmp_path_factory):
@@ -43,8 +44,8 @@ def _weights(model):
 
 
 def test_two_sft_steps_train_save_and_generate(critique_data, tmp_path):
-    from stepcritic.train.run import train
     from stepcritic.train.loading import load_critic
+    from stepcritic.train.run import train
 
     recipe = tiny_recipe("critique-sft.yaml", critique_data, tmp_path / "run", freeze_vision_tower=True)
     before = _weights(load_critic(recipe.model_path())[0])
@@ -101,7 +102,7 @@ def test_resume_checkpoint_picks_latest_or_the_given_one(tmp_path):
 
 
 def test_rows_without_images_are_refused_under_zero3_not_left_to_hang(monkeypatch):
-    from datasets import Dataset, Image, List, Value, Features
+    from datasets import Dataset, Features, Image, List, Value
     from PIL import Image as PILImage
 
     from stepcritic.train.common import check_images_for_zero3

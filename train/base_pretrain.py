@@ -31,8 +31,8 @@ class SceneConversations:
     def batches(self, batch_size: int, worker: int = 0):
         from trl.data_utils import prepare_multimodal_messages
 
-        from stepcritic.data_prep.scene_qa import conversation
         from stepcritic.data_prep.images import to_rgb
+        from stepcritic.data_prep.scene_qa import conversation
 
         rng = random.Random(f"stepcritic-base/{self.seed}/{worker}")
         while True:

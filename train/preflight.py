@@ -203,7 +203,7 @@ def processor_problems(recipe, processor) -> list[str]:
     tokenizer = getattr(processor, "tokenizer", processor)
     if method == "prm":
         from stepcritic.data_prep import prompts
-        from stepcritic.train.prm import single_token_id
+        from stepcritic.train.scoring import single_token_id
 
         for judgement in (prompts.PRM_POSITIVE, prompts.PRM_NEGATIVE):
             try:

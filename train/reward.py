@@ -17,9 +17,8 @@ import torch
 from torch import nn
 from transformers import Trainer
 
-from stepcritic.data_prep import prompts
-from stepcritic.train import common
 from stepcritic.data_prep.images import to_rgb
+from stepcritic.train import common
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 CONFIG_FILE = "reward_config.json"
@@ -217,37 +216,3 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
         model=reward_model, args=args, data_collator=PairCollator(processor), processing_class=processor,
         train_dataset=drop_long_pairs(train_data, processor, args.max_length),
         eval_dataset=drop_long_pairs(eval_data, processor, args.max_length))
-
-
-# ----------------------------------------------------------------------------- scoring
-
-class RewardScorer:
-    """Outcome reward of whole chains (higher = better), batched."""
-
-    def __init__(self, model: VLMRewardModel, processor, template=None, batch_size: int = 8):
-        self.model = model.eval()
-        self.processor = processor
-        self.template = template
-        self.batch_size = batch_size
-
-    @classmethod
-    def from_pretrained(cls, path: str, dtype="float32", device: str | None = None, **kwargs) -> "RewardScorer":
-        model, processor = VLMRewardModel.from_pretrained(path, dtype=dtype)
-        if device:
-            model.to(device)
-        return cls(model, processor, **kwargs)
-
-    def conversation(self, chain: dict) -> list:
-        from trl.data_utils import prepare_multimodal_messages
-
-        prompt, completion = prompts.outcome_messages(chain, self.template)
-        return prepare_multimodal_messages(prompt + completion, images=[to_rgb(chain["image"])])
-
-    def score(self, chains: list[dict]) -> list[float]:
-        device = next(self.model.parameters()).device
-        out = []
-        for start in range(0, len(chains), self.batch_size):
-            batch = encode(self.processor, [self.conversation(c) for c in chains[start:start + self.batch_size]])
-            with torch.no_grad():
-                out.extend(self.model(**{k: v.to(device) for k, v in batch.items()}).tolist())
-        return out

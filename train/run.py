@@ -14,7 +14,7 @@ import os
 
 from stepcritic.train import common, fast_masks, preflight
 
-METHOD_MODULES = {"sft": "sft", "prm": "sft", "dpo": "dpo", "reward": "reward", "grpo": "grpo"}
+METHOD_MODULES = {"sft": "sft", "prm": "prm", "dpo": "dpo", "reward": "reward", "grpo": "grpo"}
 
 
 def _setup_logging(training_args) -> None:

@@ -18,7 +18,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from stepcritic.train.loading import load_critic  # noqa: F401  (the one loader; kept importable from here)
 from stepcritic.train.tiny_tokenizer import (
     CHAT_TEMPLATE,
     IDEFICS3_TOKENS,

@@ -26,6 +26,7 @@ LEARNING_RATE = 2e-3
 def _scene_batch(rng: random.Random, processor, n: int):
     """n rendered scenes of 1-6 shapes as pixel values, and per-cell labels (cells, [shape, colour, size])."""
     import torch
+
     from stepcritic.data_prep.images import to_rgb
     from stepcritic.data_prep.render import COLOURS, GRID, SHAPES, SIZES, place, random_pairs, render_png
 

@@ -36,7 +36,7 @@ class HFJudge(GenerativeJudge):
 
     def _load(self):
         if self._model is None:
-            from stepcritic.train.tiny import load_critic
+            from stepcritic.train.loading import load_critic
 
             model, processor = load_critic(self.target, dtype=self.dtype)
             self._model = model.to(pick_device(self.device)).eval()

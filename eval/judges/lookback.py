@@ -20,8 +20,15 @@ import json
 import re
 
 from stepcritic.eval.judges.base import Critique
-from stepcritic.eval.judges.generative import (GenerativeJudge, Prompt, critique_from_reply, image_prompt,
-                                               render, step_texts, with_appended_text)
+from stepcritic.eval.judges.generative import (
+    GenerativeJudge,
+    Prompt,
+    critique_from_reply,
+    image_prompt,
+    render,
+    step_texts,
+    with_appended_text,
+)
 
 TEMPLATES = ["lookback_questions.j2", "lookback_answer.j2", "lookback_final.j2"]
 

@@ -1,6 +1,6 @@
 """A trained process reward model as a judge: `prm:MODEL_DIR[,threshold=0.5][,aggregate=min|mean|prod]`.
 
-One teacher-forced forward pass per chain gives P(step correct) for every step (`train.prm.PRMScorer`).
+One teacher-forced forward pass per chain gives P(step correct) for every step (`train.scoring.PRMScorer`).
 A step is judged correct when that probability reaches `threshold`; `p_incorrect` is its complement and
 the chain score aggregates the per-step probabilities (`min`, the usual PRM choice, by default).
 """
@@ -34,7 +34,7 @@ class PRMJudge(ScoredJudge):
         self.threshold, self.aggregate = threshold, aggregate
 
     def scorer_class(self):
-        from stepcritic.train.prm import PRMScorer
+        from stepcritic.train.scoring import PRMScorer
 
         return PRMScorer
 

@@ -15,7 +15,7 @@ class RewardJudge(ScoredJudge):
     ARTIFACT = "a trained reward model folder"
 
     def scorer_class(self):
-        from stepcritic.train.reward import RewardScorer
+        from stepcritic.train.scoring import RewardScorer
 
         return RewardScorer
 

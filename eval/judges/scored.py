@@ -1,7 +1,7 @@
 """What the judges over a trained scoring model share (`prm:`, `reward:`): the model folder, its options, the
 fingerprint and the scorer loaded on first use.
 
-The training side owns the scorers (`train.prm.PRMScorer`, `train.reward.RewardScorer`: chains in, one score
+The training side owns the scorers (`train.scoring.PRMScorer`, `train.scoring.RewardScorer`: chains in, one score
 per chain out). A judge here differs from another only in which scorer it loads and how it reads a chain's
 score into a `Critique`; everything else is written once, so the two cannot drift apart.
 """

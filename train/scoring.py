@@ -1,0 +1,140 @@
+"""Scoring with trained critics: the API eval's judges call on a trained artifact.
+
+`PRMScorer` reads a generative process reward model (`method: prm`). It was trained on conversations where each
+user turn adds one step and the assistant answers `+` or `-` (`data_prep.prompts.prm_messages`). To score a chain
+we render the same conversation with a `+` placeholder in every assistant turn (`prompts.prm_prompt_messages`)
+and run ONE teacher-forced forward pass: the logits just before each assistant turn give P(`+`) against P(`-`)
+for that step. This equals asking step by step (the model is causal, so later tokens cannot influence earlier
+positions) at the cost of a single pass, and chains are batched (right-padded) on top.
+
+`RewardScorer` reads an outcome reward model (`method: reward`): one scalar per whole chain.
+"""
+
+from __future__ import annotations
+
+from stepcritic.data_prep import prompts
+from stepcritic.data_prep.images import to_rgb
+from stepcritic.train import fast_masks
+
+
+def single_token_id(tokenizer, text: str) -> int:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) != 1:
+        raise ValueError(f"the PRM judgement {text!r} must be one token for this tokenizer, got ids {ids}")
+    return ids[0]
+
+
+def training_chat_template(processor) -> str | None:
+    """The chat template with `{% generation %}` markers (what TRL trains with); None if already marked."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    if has_generation_markers(processor.chat_template):
+        return None
+    return get_training_chat_template(processor)
+
+
+def judgement_positions(assistant_mask):
+    """For each row, the positions whose logits predict the first token of an assistant turn."""
+    import torch
+
+    starts = assistant_mask[:, 1:].bool() & ~assistant_mask[:, :-1].bool()  # turn begins at j+1 -> read j
+    return [torch.nonzero(row).flatten() for row in starts]
+
+
+class PRMScorer:
+    """P(step correct) for every step of every chain, one forward pass per batch of chains."""
+
+    def __init__(self, model, processor, template=None, batch_size: int = 8):
+        self.model = model.eval()
+        fast_masks.install()
+        self.processor = processor
+        self.template = template
+        self.batch_size = batch_size
+        tokenizer = processor.tokenizer
+        self.positive_id = single_token_id(tokenizer, prompts.PRM_POSITIVE)
+        self.negative_id = single_token_id(tokenizer, prompts.PRM_NEGATIVE)
+        self.chat_template = training_chat_template(processor)
+
+    @classmethod
+    def from_pretrained(cls, path: str, dtype="float32", device: str | None = None, **kwargs) -> "PRMScorer":
+        from stepcritic.train.loading import load_critic
+
+        model, processor = load_critic(path, dtype=dtype)
+        if device:
+            model.to(device)
+        return cls(model, processor, **kwargs)
+
+    def encode(self, chains: list[dict]):
+        """The batch of placeholder conversations, with `assistant_masks` (right-padded)."""
+        from trl.data_utils import prepare_multimodal_messages
+
+        conversations = [prepare_multimodal_messages(prompts.prm_prompt_messages(chain, self.template),
+                                                     images=[to_rgb(chain["image"])]) for chain in chains]
+        return self.processor.apply_chat_template(
+            conversations, chat_template=self.chat_template, tokenize=True, return_dict=True,
+            return_tensors="pt", return_assistant_tokens_mask=True,
+            processor_kwargs={"padding": True, "padding_side": "right"})
+
+    def score(self, chains: list[dict]) -> list[list[float]]:
+        """Per chain, per step: P(`+`) normalised over {`+`, `-`}."""
+        out = []
+        for start in range(0, len(chains), self.batch_size):
+            out.extend(self._score_batch(chains[start:start + self.batch_size]))
+        return out
+
+    def _score_batch(self, chains: list[dict]) -> list[list[float]]:
+        import torch
+
+        batch = self.encode(chains)
+        positions = judgement_positions(batch.pop("assistant_masks"))
+        for chain, row in zip(chains, positions):
+            if len(row) != len(chain["steps"]):
+                raise ValueError(f"{chain.get('chain_id')}: found {len(row)} judgement slots for "
+                                 f"{len(chain['steps'])} steps; is the input cut by the processor's max length?")
+        # Only the judgement slots need logits: keeps memory at batch x slots x vocab instead of x sequence.
+        kept = torch.unique(torch.cat(positions))
+        device = next(self.model.parameters()).device
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with torch.no_grad():
+            logits = self.model(**batch, logits_to_keep=kept.to(device)).logits
+        pair = logits[..., [self.positive_id, self.negative_id]].float().log_softmax(-1)[..., 0].exp().cpu()
+        slot = {int(p): i for i, p in enumerate(kept)}
+        return [[float(pair[b, slot[int(p)]]) for p in row] for b, row in enumerate(positions)]
+
+
+class RewardScorer:
+    """Outcome reward of whole chains (higher = better), batched."""
+
+    def __init__(self, model, processor, template=None, batch_size: int = 8):
+        self.model = model.eval()
+        self.processor = processor
+        self.template = template
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_pretrained(cls, path: str, dtype="float32", device: str | None = None, **kwargs) -> "RewardScorer":
+        from stepcritic.train.reward import VLMRewardModel
+
+        model, processor = VLMRewardModel.from_pretrained(path, dtype=dtype)
+        if device:
+            model.to(device)
+        return cls(model, processor, **kwargs)
+
+    def conversation(self, chain: dict) -> list:
+        from trl.data_utils import prepare_multimodal_messages
+
+        prompt, completion = prompts.outcome_messages(chain, self.template)
+        return prepare_multimodal_messages(prompt + completion, images=[to_rgb(chain["image"])])
+
+    def score(self, chains: list[dict]) -> list[float]:
+        import torch
+
+        from stepcritic.train.reward import encode
+
+        device = next(self.model.parameters()).device
+        out = []
+        for start in range(0, len(chains), self.batch_size):
+            batch = encode(self.processor, [self.conversation(c) for c in chains[start:start + self.batch_size]])
+            with torch.no_grad():
+                out.extend(self.model(**{k: v.to(device) for k, v in batch.items()}).tolist())
+        return out
