@@ -60,8 +60,10 @@ def test_two_sft_steps_train_save_and_generate(critique_data, tmp_path):
     assert any("language_model" in name for name in changed)
 
     card = (tmp_path / "run" / "README.md").read_text()
-    for section in ("base model", "## Data", "critique-sft", "## Recipe", "max_steps: 2", "## Final metrics"):
+    for section in ("base model", "## Data", "critique-sft", "## Recipe", "max_steps: 2", "## Final metrics",
+                    "hardware: CPU", "transformers 5.", f"--judge 'hf:{tmp_path / 'run'},mode=critique'"):
         assert section in card
+    assert "AcceleratorConfig" not in card and "debug: []" not in card  # the keys that were set, as plain YAML
 
     from trl.data_utils import prepare_multimodal_messages
 

@@ -6,7 +6,6 @@ helpers here around it, so every method logs, resumes and saves the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -260,47 +259,6 @@ def checkpoint_step(checkpoint: str) -> int | None:
         return None
     with open(state) as f:
         return json.load(f).get("global_step")
-
-
-def effective_recipe(recipe) -> dict:
-    """Every recipe value that differs from its dataclass default, grouped as in the YAML."""
-    out = {}
-    for group in (recipe.script_args, recipe.model_args, recipe.training_args):
-        for f in dataclasses.fields(group):
-            if not f.init:
-                continue
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            value = getattr(group, f.name)
-            if value != default and not f.name.startswith("_"):
-                out[f.name] = value.value if hasattr(value, "value") else value
-    return out
-
-
-def write_model_card(recipe, output_dir: str, metrics: dict, trainable: int, total: int) -> str:
-    import yaml
-
-    args = recipe.script_args
-    base = (f"StepCritic tiny critic (random init, offline; vision tower pre-trained {args.tiny_vision_pretrain_steps} "
-            "steps on rendered scenes)") if args.tiny_model else recipe.model_args.model_name_or_path
-    data = dataset_summary(args.dataset_path)
-    data_lines = [f"- path: `{args.dataset_path}` (kind `{args.dataset_kind}`)"]
-    for key in ("rows", "chains", "sources", "label_balance", "template"):
-        if key in data:
-            data_lines.append(f"- {key}: `{json.dumps(data[key], sort_keys=True)}`")
-    recipe_yaml = yaml.safe_dump(json.loads(json.dumps(effective_recipe(recipe), default=str)), sort_keys=True)
-    card = "\n".join([
-        f"# StepCritic critic: `{args.method}`", "",
-        f"- base model: `{base}`",
-        f"- method: `{args.method}`; trainable parameters: {trainable:,} of {total:,}",
-        f"- recipe file: `{recipe.source}`", "",
-        "## Data", "", *data_lines, "",
-        "## Recipe (values that differ from the defaults)", "", "```yaml", recipe_yaml.rstrip(), "```", "",
-        "## Final metrics", "", "```json", json.dumps(metrics, indent=2, sort_keys=True, default=str), "```", "",
-    ])
-    path = os.path.join(output_dir, "README.md")
-    with open(path, "w") as f:
-        f.write(card)
-    return path
 
 
 def save_merged(model, processor, output_dir: str) -> str | None:

@@ -92,7 +92,10 @@ def train(recipe) -> dict:
         trained = trainer.accelerator.unwrap_model(trainer.model)
         trainable, total = common.count_parameters(trained)
         if recipe.script_args.model_card:
-            common.write_model_card(recipe, args.output_dir, metrics, trainable, total)
+            from stepcritic.train.model_card import write_model_card
+
+            write_model_card(recipe, args.output_dir, metrics, trainable, total,
+                             common.dataset_summary(recipe.script_args.dataset_path))
         if recipe.script_args.merge_adapter:
             merged = common.save_merged(trained, processor, args.output_dir)
             metrics["merged_dir"] = merged
