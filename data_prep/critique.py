@@ -1,8 +1,10 @@
-"""The critique a critic writes, in VISCO's structure, and a forgiving parser for it.
+"""The critique a critic writes, in VISCO's structure, and the forgiving parsers of every critic output.
 
 Gold critiques (the SFT targets) are rendered by `format_critique`; judges' raw outputs are read back by
 `parse_critique`. Both live here because training (SFT targets, GRPO rewards) and evaluation (judges)
-must agree on one format.
+must agree on one format. The replies to the other prompts of `prompts.py` are read here too: a verifier
+label (`parse_label`), a 0-10 score (`parse_score`), a listwise letter (`parse_letter`) and LookBack's
+questions (`parse_questions`). Unreadable output gives None (or an invalid `ParsedCritique`), never an error.
 
 Format (compact JSON, one object):
     {"steps": [{"step": 1, "correct": true}, {"step": 2, "correct": false, "explanation": "..."}],
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from dataclasses import dataclass, field
 
 TRUE_WORDS = {"true", "yes", "correct", "right", "valid", "+", "1", "ok", "good", "accurate"}
 FALSE_WORDS = {"false", "no", "incorrect", "wrong", "invalid", "-", "0", "bad", "error", "inaccurate", "erroneous"}
+SCORE_SCALE = 10.0  # the score prompt asks for 0 to 10
 
 
 def gold_critique(chain: dict, explanation_index: int = 0) -> dict:
@@ -130,3 +134,63 @@ def parse_critique(text: str | None, n_steps: int) -> ParsedCritique:
         err = None if ok else f"verdicts for {n_given} of {n_steps} steps"
         return ParsedCritique(verdicts, explanations, answer, ok, err)
     return ParsedCritique(verdicts, explanations, error="no JSON critique found")
+
+
+# ----------------------------------------------------------------------------- replies to the other prompts
+
+def parse_score(text: str | None, scale: float = SCORE_SCALE) -> float | None:
+    """The first number in the reply, as a fraction of `scale`; None when missing or out of range."""
+    match = re.search(r"-?\d+(?:\.\d+)?", text or "")
+    if not match:
+        return None
+    value = float(match.group())
+    return value / scale if 0 <= value <= scale else None
+
+
+def parse_letter(text: str | None, n_options: int) -> int | None:
+    """Index of the option letter the reply names ("B", "Answer: b", "(c)", "**C**.", "D is best"), or None."""
+    letters = string.ascii_uppercase[:n_options]
+    cleaned = (text or "").strip()
+    bare = cleaned.strip(" .:()[]*`'\"").upper()
+    if len(bare) == 1:
+        return letters.index(bare) if bare in letters else None
+    named = [m.group(1).upper() for pattern in (r"(?i)\banswer\s*[:\-]?\s*\(?([a-z])\b", r"\(([A-Za-z])\)")
+             for m in re.finditer(pattern, cleaned)]
+    # then any standalone capital, except the article in "A careful look shows C"
+    named += [m.group(1) for m in re.finditer(r"\b([A-Z])\b", cleaned)
+              if not (m.group(1) == "A" and re.match(r"\s+[a-z]", cleaned[m.end():]))]
+    return next((letters.index(letter) for letter in named if letter in letters), None)
+
+
+def parse_label(text: str | None, labels: tuple) -> str | None:
+    """The label the reply names: the earliest mention of an allowed label (any case, `_`/`-`/space alike),
+    or for two-label tasks a yes/no-style first word (yes/true/correct -> first label)."""
+    text = (text or "").strip()
+    found = []
+    for label in labels:
+        pattern = r"(?<![a-z_])" + r"[_\s-]?".join(map(re.escape, label.split("_"))) + r"(?![a-z_])"
+        match = re.search(pattern, text, re.I)
+        if match:
+            found.append((match.start(), label))
+    if found:
+        return min(found)[1]
+    if len(labels) == 2 and text:
+        verdict = to_bool(re.split(r"[\s,.;:]", text, maxsplit=1)[0])
+        if verdict is not None:
+            return labels[0] if verdict else labels[1]
+    return None
+
+
+def parse_questions(text: str | None) -> list[str]:
+    """Questions from a JSON list reply, or failing that from the lines that end with '?'."""
+    text = text or ""
+    start, end = text.find("["), text.rfind("]")
+    if 0 <= start < end:
+        try:
+            items = json.loads(text[start:end + 1])
+            if isinstance(items, list):
+                return [q.strip() for q in items if isinstance(q, str) and q.strip()]
+        except json.JSONDecodeError:
+            pass
+    lines = (re.sub(r"^\s*(?:[-*]|\d+[.)])\s*", "", line).strip() for line in text.splitlines())
+    return [line for line in lines if line.endswith("?")]

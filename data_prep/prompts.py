@@ -1,7 +1,9 @@
 """Prompt rendering shared by dataset building (training) and evaluation (judges).
 
 Training rows and evaluation prompts must be byte-for-byte the same, so every prompt is produced here
-from a Jinja2 template in `templates/` (or a user file with the same variables). Messages follow TRL's
+from a Jinja2 template in `templates/` (or a user file with the same variables); so are the prompts only
+judges ask (a 0-10 score, the listwise choice, LookBack's checks), so every template has one loader, one
+hash and a golden snapshot. Messages follow TRL's
 conversational vision format: every `content` is a list of parts, and the single image of a chain is an
 `{"type": "image"}` placeholder at the start of the first user turn; the image itself travels separately
 (the dataset's `images` column, or `trl.data_utils.prepare_multimodal_messages(messages, images)`).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import string
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -274,3 +277,41 @@ def outcome_messages(chain: dict, template: str | PromptTemplate | None = None) 
     """(prompt, completion) for chain-level reward modelling: image + question, then the whole chain."""
     prompt = [user_with_image(_resolve(template, "outcome").render(question=chain["question"]))]
     return prompt, [assistant_turn(chain_completion_text(chain))]
+
+
+# ----------------------------------------------------------------------------- judging only (no training rows)
+
+def score_messages(chain: dict) -> list[dict]:
+    """The user turn asking for one 0-10 rating of the whole chain (read back by `critique.parse_score`)."""
+    text = load_template("score").render(question=chain["question"], steps=_step_texts(chain),
+                                         final_answer=chain.get("final_answer") or "")
+    return [user_with_image(text)]
+
+
+def listwise_messages(chains: list[dict]) -> list[dict]:
+    """ShiftCheck's listwise question: the chains lettered A, B, ... in order, and "which one is best?" (read
+    back by `critique.parse_letter`). The chains of a group answer one question about one image."""
+    candidates = [{"letter": letter, "steps": _step_texts(c), "final_answer": c.get("final_answer") or ""}
+                  for letter, c in zip(string.ascii_uppercase, chains)]
+    text = load_template("listwise").render(question=chains[0]["question"], candidates=candidates)
+    return [user_with_image(text)]
+
+
+def lookback_question_messages(chain: dict, step_index: int, max_questions: int) -> list[dict]:
+    """LookBack: ask for questions about the visual facts step `step_index` takes for granted (read back by
+    `critique.parse_questions`)."""
+    _check_step_index(chain, step_index)
+    text = load_template("lookback_questions").render(question=chain["question"], steps=_step_texts(chain),
+                                                      step_number=step_index + 1, max_questions=max_questions)
+    return [user_with_image(text)]
+
+
+def lookback_answer_messages(question: str) -> list[dict]:
+    """LookBack: one question answered from the image alone."""
+    return [user_with_image(load_template("lookback_answer").render(question=question))]
+
+
+def lookback_final_text(first_critique: str, checks: list[dict]) -> str:
+    """LookBack: what follows the critique prompt for the final critique (the first critique and the checks,
+    each `{"question", "answer"}`)."""
+    return load_template("lookback_final").render(first_critique=first_critique, checks=checks)

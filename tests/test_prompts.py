@@ -70,6 +70,24 @@ def test_golden_prm_and_outcome(fixture_chain):
     check_golden("outcome", as_text(prompt + completion))
 
 
+def test_golden_judging_prompts(fixture_chain):
+    other = dict(fixture_chain, chain_id="other", final_answer="red",
+                 steps=[dict(s, text=t) for s, t in zip(fixture_chain["steps"], ("A red circle.", "It is red.", "Red."))])
+    check_golden("score", as_text(prompts.score_messages(fixture_chain)))
+    check_golden("listwise", as_text(prompts.listwise_messages([fixture_chain, other])))
+    check_golden("lookback_questions", as_text(prompts.lookback_question_messages(fixture_chain, 1, 3)))
+    check_golden("lookback_answer", as_text(prompts.lookback_answer_messages("What colour is the circle?")))
+    checks = [{"question": "What colour is the circle?", "answer": "It is red."}]
+    first = critique.format_critique(critique.gold_critique(fixture_chain))
+    check_golden("lookback_final", prompts.lookback_final_text(first, checks) + "\n")
+
+
+def test_every_packaged_template_has_a_golden_snapshot():
+    snapshots = [name[:-4] for name in os.listdir(GOLDEN_DIR) if name.endswith(".txt")]
+    assert prompts.packaged_templates() and all(
+        any(s == name or s.startswith(f"{name}_") for s in snapshots) for name in prompts.packaged_templates())
+
+
 def test_critique_prompt_shows_every_step_and_a_parseable_format(fixture_chain):
     (user,) = prompts.critique_messages(fixture_chain)
     assert user["role"] == "user" and user["content"][0] == {"type": "image"}

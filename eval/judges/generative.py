@@ -15,20 +15,14 @@ question. Modes:
 from __future__ import annotations
 
 import copy
-import functools
-import hashlib
 import json
-import os
-import re
-import string
 from dataclasses import dataclass
 
+from stepcritic.data_prep.critique import SCORE_SCALE, parse_critique, parse_label, parse_letter, parse_score
 from stepcritic.eval.judges.base import Critique, Judge
 
-TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 MODES = ("critique", "verifier", "score")
 STRATEGIES = ("direct", "lookback")
-SCORE_SCALE = 10.0
 # verifier task -> the labels that mean "this step is fine"; the task's other labels mean "not fine".
 # Tasks missing here (step type, error kinds) classify rather than judge, so they give no verdict.
 VERDICT_LABELS = {
@@ -53,31 +47,7 @@ class Reply:
     error: str | None = None  # set when no answer came back (the request failed)
 
 
-# ----------------------------------------------------------------------------- templates and images
-
-@functools.lru_cache(maxsize=None)
-def _template(name: str):
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    return env.get_template(name)
-
-
-def template_source(name: str) -> str:
-    with open(os.path.join(TEMPLATE_DIR, name), encoding="utf-8") as f:
-        return f.read()
-
-
-def render(name: str, **variables) -> str:
-    return _template(name).render(**variables).strip()
-
-
-
-
-def image_prompt(text: str, image) -> Prompt:
-    return Prompt([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}], [image])
-
+# ----------------------------------------------------------------------------- prompts
 
 def chain_prompt(messages: list, chain: dict) -> Prompt:
     """A prompt from `data_prep.prompts` messages: every image placeholder shows the chain's image."""
@@ -97,60 +67,9 @@ def with_appended_text(prompt: Prompt, text: str) -> Prompt:
     return Prompt(messages, prompt.images)
 
 
-def step_texts(chain: dict) -> list[str]:
-    return [s["text"] for s in chain["steps"]]
-
-
 # ----------------------------------------------------------------------------- reading replies
 
-def parse_score(text: str | None, scale: float = SCORE_SCALE) -> float | None:
-    """The first number in the reply, as a fraction of `scale`; None when missing or out of range."""
-    match = re.search(r"-?\d+(?:\.\d+)?", text or "")
-    if not match:
-        return None
-    value = float(match.group())
-    return value / scale if 0 <= value <= scale else None
-
-
-def parse_letter(text: str | None, n_options: int) -> int | None:
-    """Index of the option letter the reply names ("B", "Answer: b", "(c)", "**C**.", "D is best"), or None."""
-    letters = string.ascii_uppercase[:n_options]
-    cleaned = (text or "").strip()
-    bare = cleaned.strip(" .:()[]*`'\"").upper()
-    if len(bare) == 1:
-        return letters.index(bare) if bare in letters else None
-    named = [m.group(1).upper() for pattern in (r"(?i)\banswer\s*[:\-]?\s*\(?([a-z])\b", r"\(([A-Za-z])\)")
-             for m in re.finditer(pattern, cleaned)]
-    # then any standalone capital, except the article in "A careful look shows C"
-    named += [m.group(1) for m in re.finditer(r"\b([A-Z])\b", cleaned)
-              if not (m.group(1) == "A" and re.match(r"\s+[a-z]", cleaned[m.end():]))]
-    return next((letters.index(letter) for letter in named if letter in letters), None)
-
-
-def parse_label(text: str | None, labels: tuple) -> str | None:
-    """The label the reply names: the earliest mention of an allowed label (any case, `_`/`-`/space alike),
-    or for two-label tasks a yes/no-style first word (yes/true/correct -> first label)."""
-    text = (text or "").strip()
-    found = []
-    for label in labels:
-        pattern = r"(?<![a-z_])" + r"[_\s-]?".join(map(re.escape, label.split("_"))) + r"(?![a-z_])"
-        match = re.search(pattern, text, re.I)
-        if match:
-            found.append((match.start(), label))
-    if found:
-        return min(found)[1]
-    if len(labels) == 2 and text:
-        from stepcritic.data_prep.critique import to_bool
-
-        verdict = to_bool(re.split(r"[\s,.;:]", text, maxsplit=1)[0])
-        if verdict is not None:
-            return labels[0] if verdict else labels[1]
-    return None
-
-
 def critique_from_reply(chain: dict, reply: Reply) -> Critique:
-    from stepcritic.data_prep.critique import parse_critique
-
     n = len(chain["steps"])
     if reply.error:
         return Critique(chain["chain_id"], [None] * n, raw=reply.text, valid=False, error=reply.error)
@@ -205,9 +124,10 @@ class GenerativeJudge(Judge):
         from stepcritic.data_prep.prompts import DEFAULT_TEMPLATES, template_hash
         from stepcritic.eval.judges.lookback import TEMPLATES as LOOKBACK_TEMPLATES
 
-        own = ["listwise.j2"] + (["score.j2"] if self.mode == "score" else [])
+        own = ["listwise"] + (["score"] if self.mode == "score" else [])
         own += LOOKBACK_TEMPLATES if self.strategy == "lookback" else []
-        extra = {name: hashlib.sha256(template_source(name).encode()).hexdigest()[:16] for name in own}
+        # keyed by file name, as when these templates lived in eval/: existing caches keep their fingerprints
+        extra = {f"{name}.j2": template_hash(name) for name in own}
         if self.mode != "score":
             extra["prompt_template"] = template_hash(self.template or DEFAULT_TEMPLATES[self.mode])
         return extra
@@ -231,11 +151,10 @@ class GenerativeJudge(Judge):
     def prompts_for(self, chain: dict) -> list[Prompt]:
         if self.mode == "critique":
             return [self.critique_prompt(chain)]
+        from stepcritic.data_prep.prompts import score_messages, verifier_messages
+
         if self.mode == "score":
-            text = render("score.j2", question=chain["question"], steps=step_texts(chain),
-                          final_answer=chain.get("final_answer") or "")
-            return [image_prompt(text, chain["image"])]
-        from stepcritic.data_prep.prompts import verifier_messages
+            return [chain_prompt(score_messages(chain), chain)]
 
         return [chain_prompt(verifier_messages(self.task, chain, i, self.template), chain)
                 for i in self.verifier_steps(chain)]
@@ -286,8 +205,7 @@ class GenerativeJudge(Judge):
         """Listwise choice: show all chains, lettered, and ask which one is best (None if unreadable)."""
         if not 1 <= len(chains) <= 26:
             raise ValueError(f"pick_best takes 1 to 26 chains, got {len(chains)}")
-        candidates = [{"letter": letter, "steps": step_texts(c), "final_answer": c.get("final_answer") or ""}
-                      for letter, c in zip(string.ascii_uppercase, chains)]
-        text = render("listwise.j2", question=chains[0]["question"], candidates=candidates)
-        (reply,) = self.generate([image_prompt(text, chains[0]["image"])])
+        from stepcritic.data_prep.prompts import listwise_messages
+
+        (reply,) = self.generate([chain_prompt(listwise_messages(chains), chains[0])])
         return None if reply.error else parse_letter(reply.text, len(chains))

@@ -16,43 +16,12 @@ A chain whose first or final request fails is invalid; a failed question or answ
 
 from __future__ import annotations
 
-import json
-import re
-
+from stepcritic.data_prep import prompts
+from stepcritic.data_prep.critique import parse_questions
 from stepcritic.eval.judges.base import Critique
-from stepcritic.eval.judges.generative import (
-    GenerativeJudge,
-    Prompt,
-    critique_from_reply,
-    image_prompt,
-    render,
-    step_texts,
-    with_appended_text,
-)
+from stepcritic.eval.judges.generative import GenerativeJudge, chain_prompt, critique_from_reply, with_appended_text
 
-TEMPLATES = ["lookback_questions.j2", "lookback_answer.j2", "lookback_final.j2"]
-
-
-def parse_questions(text: str | None) -> list[str]:
-    """Questions from a JSON list reply, or failing that from the lines that end with '?'."""
-    text = text or ""
-    start, end = text.find("["), text.rfind("]")
-    if 0 <= start < end:
-        try:
-            items = json.loads(text[start:end + 1])
-            if isinstance(items, list):
-                return [q.strip() for q in items if isinstance(q, str) and q.strip()]
-        except json.JSONDecodeError:
-            pass
-    lines = (re.sub(r"^\s*(?:[-*]|\d+[.)])\s*", "", line).strip() for line in text.splitlines())
-    return [line for line in lines if line.endswith("?")]
-
-
-def _question_prompts(judge: GenerativeJudge, chain: dict) -> list[Prompt]:
-    steps = step_texts(chain)
-    return [image_prompt(render("lookback_questions.j2", question=chain["question"], steps=steps,
-                                step_number=number, max_questions=judge.max_questions), chain["image"])
-            for number in range(1, len(steps) + 1)]
+TEMPLATES = ["lookback_questions", "lookback_answer", "lookback_final"]  # in `data_prep/templates/`
 
 
 def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Critique]:
@@ -60,7 +29,8 @@ def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Criti
     live = [i for i, reply in enumerate(first) if not reply.error]
 
     # phase 2: verification questions, one request per step
-    asks = [(i, p) for i in live for p in _question_prompts(judge, chains[i])]
+    asks = [(i, chain_prompt(prompts.lookback_question_messages(chains[i], k, judge.max_questions), chains[i]))
+            for i in live for k in range(len(chains[i]["steps"]))]
     questions: dict[int, list[str]] = {i: [] for i in live}
     for (i, _), reply in zip(asks, judge.generate([p for _, p in asks])):
         questions[i] += parse_questions(reply.text)[:judge.max_questions]
@@ -69,8 +39,7 @@ def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Criti
 
     # phase 3: answer every question from the image alone
     pending = [(i, q) for i in live for q in questions[i]]
-    answers = judge.generate([image_prompt(render("lookback_answer.j2", question=q), chains[i]["image"])
-                              for i, q in pending])
+    answers = judge.generate([chain_prompt(prompts.lookback_answer_messages(q), chains[i]) for i, q in pending])
     checks: dict[int, list[dict]] = {i: [] for i in live}
     for (i, q), reply in zip(pending, answers):
         if not reply.error and reply.text and reply.text.strip():
@@ -79,8 +48,7 @@ def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Criti
     # phase 4: the final critique, informed by the checks
     finals = judge.generate([
         with_appended_text(judge.critique_prompt(chains[i]),
-                           "\n\n" + render("lookback_final.j2", first_critique=(first[i].text or "").strip(),
-                                           checks=checks[i]))
+                           "\n\n" + prompts.lookback_final_text((first[i].text or "").strip(), checks[i]))
         for i in live])
     final_of = dict(zip(live, finals))
 
