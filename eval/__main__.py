@@ -1,5 +1,7 @@
-"""`python -m stepcritic.eval ...` is `stepcritic eval ...`."""
+"""`python -m stepcritic.eval ...` is `stepcritic eval ...` (same parser, same one-line errors)."""
 
-from stepcritic.eval.cli import main, make_parser
+import sys
 
-raise SystemExit(main(make_parser().parse_args()))
+from stepcritic.cli import main
+
+raise SystemExit(main(["eval", *sys.argv[1:]]))

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from stepcritic.eval.matchers import MATCHERS
-from stepcritic.eval.runner import TASKS
+from stepcritic.eval.runner import TASKS, EvalError
 
 EPILOG = """\
 judge specs (repeat --judge to compare judges side by side):
@@ -67,13 +66,12 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run the evaluation. Bad input raises `EvalError`, which `stepcritic` prints as one line (exit 2)."""
     if args.limit is not None and args.limit < 1:
-        print("stepcritic eval: error: --limit must be at least 1", file=sys.stderr)
-        return 2
+        raise EvalError("--limit must be at least 1")
     if not os.path.exists(args.chains):  # checked before the slow imports below, for a fast answer
-        print(f"stepcritic eval: error: chains not found: {args.chains}", file=sys.stderr)
-        return 2
-    from stepcritic.eval.runner import EvalError, build_judge, evaluate
+        raise EvalError(f"chains not found: {args.chains}")
+    from stepcritic.eval.runner import build_judge, evaluate
 
     judges = []
     try:
@@ -82,11 +80,9 @@ def main(args: argparse.Namespace) -> int:
         evaluate(args.chains, judges, args.out, tasks=args.tasks, limit=args.limit, matcher=args.matcher,
                  progress=not args.no_progress)
     except EvalError as e:
-        print(f"stepcritic eval: error: {e}", file=sys.stderr)
         if os.path.isdir(os.path.join(args.out, "cache")):
-            print("finished judgments are kept in the cache; rerun the same command to resume",
-                  file=sys.stderr)
-        return 1
+            raise EvalError(f"{e} (finished judgments are kept in the cache: rerun the same command to resume)") from e
+        raise
     finally:
         for judge in judges:
             judge.close()

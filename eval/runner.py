@@ -17,6 +17,7 @@ import os
 import sys
 from collections import defaultdict
 
+from stepcritic.errors import UserError
 from stepcritic.eval.cache import JudgeCache, write_jsonl_atomic
 from stepcritic.eval.judges.base import Critique, Judge
 
@@ -25,8 +26,8 @@ OPTION_LETTERS = "ABCD"
 MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains per group, like A-D options
 
 
-class EvalError(RuntimeError):
-    """Bad input or a failing judge; the message is meant for the person running the command."""
+class EvalError(UserError, RuntimeError):
+    """Bad input or a failing judge; the message is one line meant for the person running the command."""
 
 
 # ----------------------------------------------------------------------------- judges
@@ -37,8 +38,9 @@ def build_judge(spec: str) -> Judge:
 
     try:
         return make_judge(spec)
-    except (ValueError, KeyError, TypeError) as e:
-        raise EvalError(f"judge spec {spec!r}: {e}") from None
+    except (ValueError, KeyError, TypeError, UserError) as e:
+        message = str(e)  # the registry's own messages already name the spec
+        raise EvalError(message if message.startswith("judge spec") else f"judge spec {spec!r}: {message}") from None
 
 
 # ----------------------------------------------------------------------------- gold
@@ -238,7 +240,10 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, l
     gold = gold_view(plain)
     questions = shifted_questions(shiftcheck_questions(gold)) if "shiftcheck" in tasks else []
     wants_critiques = bool({"critique", "choice"} & set(tasks))
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise EvalError(f"output folder {out_dir}: {e.strerror}") from None
 
     runs = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
                                   wants_critiques, progress) for judge in judges}

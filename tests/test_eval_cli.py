@@ -1,5 +1,6 @@
 """`stepcritic eval` / `python -m stepcritic.eval`: instant help, clear errors for bad input."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import helpers
 import pytest
 
+from stepcritic import cli as stepcritic_cli
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import cli
 from stepcritic.eval.judges.base import Judge
@@ -32,7 +34,7 @@ def chains_dir(tmp_path):
 
 
 def run_main(argv):
-    return cli.main(cli.make_parser().parse_args(argv))
+    return stepcritic_cli.main(["eval", *argv])
 
 
 def test_help_lists_the_options_without_loading_heavy_libraries():
@@ -98,3 +100,44 @@ def test_limit_judges_only_the_first_chains(chains_dir, tmp_path, capsys):
     with open(os.path.join(out, "predictions.jsonl")) as f:
         assert len(f.readlines()) == 2
     assert "majority: 2 chains judged" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", ["missing chains", "bad limit", "unknown kind", "bad option", "no module",
+                                  "not chains", "out is a file", "unreachable", "no vllm"])
+def test_user_errors_exit_2_with_one_line_and_no_traceback(case, chains_dir, tmp_path, capsys):
+    out = str(tmp_path / "o")
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "bad.jsonl").write_text('{"chain_id": "x"}\n')
+    argv = {
+        "missing chains": ["--chains", str(tmp_path / "nope"), "--judge", "majority"],
+        "bad limit": ["--chains", chains_dir, "--judge", "majority", "--limit", "0"],
+        "unknown kind": ["--chains", chains_dir, "--judge", "oracle"],
+        "bad option": ["--chains", chains_dir, "--judge", "random,rate=high"],
+        "no module": ["--chains", chains_dir, "--judge", "py:no_such_module.Judge"],
+        "not chains": ["--chains", str(tmp_path / "bad.jsonl"), "--judge", "majority"],
+        "out is a file": ["--chains", chains_dir, "--judge", "majority", "--out", str(tmp_path / "file")],
+        "unreachable": ["--chains", chains_dir, "--judge", "py:test_eval_cli.UnreachableJudge"],
+        "no vllm": ["--chains", chains_dir, "--judge", "vllm:some/model"],
+    }[case]
+    if case == "no vllm" and importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    argv = argv if "--out" in argv else [*argv, "--out", out]
+    assert run_main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("stepcritic eval: error: ") and "Traceback" not in err[0], err
+    assert err[0].count("judge spec") <= 1  # the spec is named once, not once per layer
+
+
+def test_debug_shows_the_traceback_of_a_user_error(chains_dir, tmp_path):
+    from stepcritic.eval.runner import EvalError
+
+    with pytest.raises(EvalError, match="unknown judge kind"):
+        stepcritic_cli.main(["--debug", "eval", "--chains", chains_dir, "--judge", "oracle", "--out", str(tmp_path)])
+
+
+def test_python_m_eval_reports_a_user_error_like_the_command(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "stepcritic.eval", "--chains", str(tmp_path / "nope"),
+                             "--judge", "majority", "--out", str(tmp_path / "o")],
+                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == f"stepcritic eval: error: chains not found: {tmp_path / 'nope'}\n"

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import importlib.util
 
+from stepcritic.errors import UserError
 from stepcritic.eval.judges.artifacts import weights_digest
 from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply
 from stepcritic.eval.judges.openai_judge import openai_messages
+
+
+class VLLMMissing(UserError, RuntimeError):
+    """The optional vLLM extra is not installed here: a setup problem, reported as one line."""
 
 
 class VLLMJudge(GenerativeJudge):
@@ -23,7 +28,7 @@ class VLLMJudge(GenerativeJudge):
     def __init__(self, spec: str, target: str | None = None, gpu_memory_utilization: float = 0.85,
                  max_model_len: int = 8192, tensor_parallel_size: int = 1, **options):
         if importlib.util.find_spec("vllm") is None:
-            raise RuntimeError("the vllm judge needs the optional vLLM extra on a GPU machine: "
+            raise VLLMMissing("the vllm judge needs the optional vLLM extra on a GPU machine: "
                                "pip install 'stepcritic[vllm]' (or use hf:MODEL_DIR, which needs no extra)")
         if not target:
             raise ValueError("the vllm judge needs a model folder or Hub id: vllm:MODEL_DIR")
