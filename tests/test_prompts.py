@@ -71,8 +71,9 @@ def test_golden_prm_and_outcome(fixture_chain):
 
 
 def test_golden_judging_prompts(fixture_chain):
+    texts = ("A red circle.", "It is red.", "Red.")
     other = dict(fixture_chain, chain_id="other", final_answer="red",
-                 steps=[dict(s, text=t) for s, t in zip(fixture_chain["steps"], ("A red circle.", "It is red.", "Red."))])
+                 steps=[dict(s, text=t) for s, t in zip(fixture_chain["steps"], texts)])
     check_golden("score", as_text(prompts.score_messages(fixture_chain)))
     check_golden("listwise", as_text(prompts.listwise_messages([fixture_chain, other])))
     check_golden("lookback_questions", as_text(prompts.lookback_question_messages(fixture_chain, 1, 3)))
