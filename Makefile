@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo demo-quick test test-slow clean
+.PHONY: install demo demo-quick test test-slow lint clean
 
 install: $(STAMP)
 
@@ -30,6 +30,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# ruff (configured in pyproject.toml); installed on first use, it is not a runtime dependency
+lint: $(STAMP)
+	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PY) -m pip install -q ruff
+	$(PY) -m ruff check .
 
 clean:
 	rm -rf $(VENV) demo_out demo_out_quick build *.egg-info

@@ -5,7 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_quick_demo_writes_a_report_with_trained_critics_and_baselines(tmp_path):
     out = tmp_path / "demo"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")

@@ -15,6 +15,7 @@ PROBE = ("import stepcritic, stepcritic.data_prep.schema, stepcritic.data_prep.c
          "print(sorted(p.name for p in r.files('stepcritic.recipes').iterdir()))")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("editable", [False, True], ids=["wheel", "editable"])
 def test_fresh_venv_install(tmp_path, editable):
     env_dir = tmp_path / "venv"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from helpers import chains
 
 from stepcritic.data_prep.build import build_dataset
@@ -33,6 +34,7 @@ def wait_for_checkpoint(process, out, timeout=120):
 
 
 # two training processes, ~40 s on 2 cores: kept in the default suite because resuming is a promise
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     data, out = str(tmp_path / "data"), str(tmp_path / "run")
     build_dataset(chains(8), "prm-sft", data, test_fraction=0.25, seed=0)
