@@ -29,7 +29,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--out", default="demo_out", help="output folder (default demo_out)")
     parser.add_argument("--quick", action="store_true", help="a small run that checks the pipeline in ~2-3 minutes")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--level", choices=("standard", "easy"), default="standard",
+    from stepcritic.data_prep.synth import LEVELS
+
+    parser.add_argument("--level", choices=tuple(LEVELS), default="standard",
                         help="synthetic difficulty (data synth --level): standard, the default dataset (default), or "
                              "easy, 1-2 shapes per scene")
     return parser
@@ -107,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
     from stepcritic.data_prep.schema import load_chains
     from stepcritic.data_prep.synth import synthesize_to_disk
     from stepcritic.eval.judges.registry import make_judge
-    from stepcritic.eval.runner import evaluate
+    from stepcritic.eval.runner import TASKS, evaluate
 
     plan = dict(PLANS["quick" if args.quick else "full"], level=args.level)
     out = os.path.abspath(args.out)
@@ -149,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
     judges = [make_judge(spec) for spec in trained + [blank] + baselines]
     eval_dir = os.path.join(out, "eval")
     metrics = stages.run("evaluate on held-out chains", evaluate, os.path.join(data, "test-chains"), judges,
-                         eval_dir, tasks=("critique", "choice", "shiftcheck"))
+                         eval_dir, tasks=TASKS)
 
     names = [j.name for j in judges]
     summary = target_summary(metrics, names[0], names[1], names[2], names[3:])

@@ -1,6 +1,6 @@
 """A small OpenAI-compatible chat server for tests and the benchmark (127.0.0.1, random port, own thread).
 
-It ships with the package (standard library only) because `eval.bench_openai` runs against it, and shipped
+It ships with the package (standard library only) because `bench.openai_judge` runs against it, and shipped
 code never imports from `tests/`.
 
 It answers `POST /v1/chat/completions` from what the prompt asks for: a JSON critique that flags step 2

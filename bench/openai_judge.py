@@ -1,6 +1,6 @@
 """Throughput of the OpenAI-compatible judge against the local fake server (a benchmark, not a test).
 
-    python -m stepcritic.eval.bench_openai [--n 1000] [--concurrency 32] [--latency 0.1] [--repeats 3]
+    python -m stepcritic.bench.openai_judge [--n 1000] [--concurrency 32] [--latency 0.1] [--repeats 3]
 
 Every request waits `latency` seconds at the server, as a remote model would, so the number measured is
 how well the judge overlaps requests (and what its own per-request work costs), not model speed.

@@ -1,6 +1,6 @@
 """Benchmark of the evaluation runner: 10,000 chains, baseline judges, every task and metric.
 
-    python -m stepcritic.eval.bench_runner [--chains 10000] [--runs 3] [--judge random,rate=0.3,seed=0]
+    python -m stepcritic.bench.runner [--chains 10000] [--runs 3] [--judge random,rate=0.3,seed=0]
 
 Synthesises canonical chains (tiny PNGs, 2-4 chains per image/question group, premises for RPTS) once,
 then times `python -m stepcritic.eval` in a fresh process per run with an empty output folder, so each
@@ -86,7 +86,7 @@ def timed_run(command: list[str]) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stepcritic.eval.bench_runner", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m stepcritic.bench.runner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chains", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
