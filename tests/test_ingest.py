@@ -166,6 +166,23 @@ def test_stepwise(tmp_path):
     assert ds[0]["group_id"] == ds[1]["group_id"]  # same image + question
 
 
+def test_stepwise_labels(tmp_path):
+    """1/0 and +/- read as true/false; any other label (a float, a string, a list, an object) is a rejection."""
+    (tmp_path / "img.png").write_bytes(png())
+    good = [[True, False], [1, 0], ["+", "-"]]
+    bad = [[1.0, 0], ["true", False], [2, 0], [None, 0], [[True], 0], [{"ok": 1}, 0]]
+    rows = [{"id": str(i), "prompt": f"Q{i}?", "completions": ["s1", "s2"], "labels": labels, "image": "img.png"}
+            for i, labels in enumerate(good + bad)]
+    path = write_jsonl(tmp_path / "prm.jsonl", rows)
+    stats = ingest("stepwise", path, str(tmp_path / "out"), on_error="skip")
+    assert (stats["n_chains"], stats["n_rejected"]) == (len(good), len(bad))
+    assert {r["field"] for r in stats["rejected"]} == {"labels[0]"}
+    for chain in load_chains(str(tmp_path / "out")):
+        assert [s["correct"] for s in chain["steps"]] == [True, False]
+    with pytest.raises(IngestError, match=r"list.jsonl:1.*unknown label \[True\]"):  # not a bare TypeError
+        ingest("stepwise", write_jsonl(tmp_path / "list.jsonl", [rows[7]]), None)
+
+
 def test_canonical_jsonl_and_duplicates(tmp_path):
     (tmp_path / "img.png").write_bytes(png())
     good = {"chain_id": "x", "question": "Q?", "image": "img.png",

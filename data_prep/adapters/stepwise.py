@@ -10,7 +10,19 @@ import os
 
 from stepcritic.data_prep.schema import SchemaError
 
-LABELS = {True: True, False: False, 1: True, 0: False, "+": True, "-": False}
+# Accepted step labels: true/false, 1/0 or "+"/"-" (Math-Shepherd). 1 and 0 need no keys of their own:
+# they equal True and False and hash alike, so `1 in LABELS` and `LABELS[0]` already find them.
+LABELS = {True: True, False: False, "+": True, "-": False}
+
+
+def parse_label(label: object) -> bool | None:
+    """The step's correctness for a known label; None for anything else (1.0, "true", 2, null, a list)."""
+    if isinstance(label, float):  # 1.0 == True too, but a float label is a mistake, not a boolean
+        return None
+    try:
+        return LABELS.get(label)
+    except TypeError:  # unhashable: a list or an object
+        return None
 
 
 def default_image_root(input_path: str) -> str:
@@ -29,8 +41,9 @@ def convert(raw: dict, where: str, ctx: dict) -> dict:
     if not isinstance(labels, list) or len(labels) != len(steps):
         raise SchemaError(f"{len(labels) if isinstance(labels, list) else 'no'} labels for {len(steps)} steps",
                           where, "labels")
-    for i, label in enumerate(labels):
-        if isinstance(label, float) or label not in LABELS:
+    correct = [parse_label(label) for label in labels]
+    for i, (label, ok) in enumerate(zip(labels, correct)):
+        if ok is None:
             raise SchemaError(f"unknown label {label!r}; expected true/false, 1/0 or +/-", where, f"labels[{i}]")
     image = raw.get("image")
     if image is None and isinstance(raw.get("images"), list) and raw["images"]:
@@ -49,7 +62,8 @@ def convert(raw: dict, where: str, ctx: dict) -> dict:
         "answer_correct": raw.get("answer_correct"),
         "generator": raw.get("generator"),
         "category": raw.get("category"),
-        "steps": [{"text": t, "correct": LABELS[l]} for t, l in zip(steps, labels)],
+        "steps": [{"text": t, "correct": ok} for t, ok in zip(steps, correct)],
         "meta": {k: v for k, v in raw.items()
-                 if k not in ("prompt", "completions", "labels", "image", "images") and isinstance(v, (str, int, float, bool))},
+                 if k not in ("prompt", "completions", "labels", "image", "images")
+                 and isinstance(v, (str, int, float, bool))},
     }
