@@ -12,10 +12,12 @@ import sys
 
 # subcommand -> module exposing `make_parser(parser)` and `main(args)`
 COMMANDS = {
-    "data": ("stepcritic.data_prep.cli", "build datasets: ingest annotated chains, synthesise chains, build SFT/preference/reward data"),
+    "data": ("stepcritic.data_prep.cli",
+             "build datasets: ingest annotated chains, synthesise chains, build SFT/preference/reward data"),
     "train": ("stepcritic.train.cli", "train a critic (sft, dpo, prm, reward, grpo) from a YAML recipe"),
     "eval": ("stepcritic.eval.cli", "score judges (trained, prompted, API, baselines) on chains and write a report"),
-    "demo": ("stepcritic.eval.demo", "the offline end-to-end job: synthetic data -> trained tiny critic -> evaluation report"),
+    "demo": ("stepcritic.eval.demo",
+             "the offline end-to-end job: synthetic data -> trained tiny critic -> evaluation report"),
 }
 
 

@@ -24,7 +24,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--format", required=True, choices=FORMATS, help="input format")
     p.add_argument("--input", required=True, help="input file (.jsonl, .json or .parquet)")
     p.add_argument("--image-root", default=None,
-                   help="folder image paths are relative to (default: the format's convention, e.g. the MiCEval release root)")
+                   help="folder image paths are relative to "
+                        "(default: the format's convention, e.g. the MiCEval release root)")
     p.add_argument("--out", required=True, help="output folder for the chains dataset and stats.json")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="fail: stop at the first bad record (default); skip: keep going and list every skipped record")
@@ -45,7 +46,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                                    "with a dataset card and build_stats.json (its kind, read back by `stepcritic "
                                    "train`). Kinds and the training method each feeds: "
                                    + "; ".join(f"{k}: {'/'.join(v.methods)}" for k, v in KINDS.items()) + ".",
-                       epilog="example: stepcritic data build --chains data/synth --kind critique-sft --out data/critique-sft")
+                       epilog="example: stepcritic data build --chains data/synth --kind critique-sft "
+                              "--out data/critique-sft")
     p.add_argument("--chains", required=True, help="a canonical chains dataset folder (from ingest or synth) or .jsonl")
     p.add_argument("--kind", required=True, choices=BUILD_KINDS)
     p.add_argument("--out", required=True)
@@ -75,7 +77,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"ingested {_summary(stats, ('n_records', 'n_chains', 'n_steps', 'n_rejected'))} -> {args.out}")
         if "chain_label_check" in stats:
             check = stats["chain_label_check"]
-            print(f"step-derived chain correctness vs {check['field']}: {check['agree']} agree, {check['disagree']} disagree")
+            print(f"step-derived chain correctness vs {check['field']}: "
+                  f"{check['agree']} agree, {check['disagree']} disagree")
         return 0
     if args.data_command == "synth":
         from stepcritic.data_prep.synth import synthesize_to_disk

@@ -91,7 +91,8 @@ def _step_items(obj) -> list | None:
             return obj[key]
     keyed = {k: v for k, v in obj.items() if re.fullmatch(r"(?i)step[ _]?(\d+)", str(k))}
     if keyed:
-        return [dict(v, step=int(re.search(r"\d+", k).group())) if isinstance(v, dict) else {"step": int(re.search(r"\d+", k).group()), "correct": v}
+        return [dict(v, step=int(re.search(r"\d+", k).group())) if isinstance(v, dict)
+                else {"step": int(re.search(r"\d+", k).group()), "correct": v}
                 for k, v in keyed.items()]
     return None
 
@@ -113,7 +114,8 @@ def parse_critique(text: str | None, n_steps: int) -> ParsedCritique:
         for pos, item in enumerate(items):
             if isinstance(item, dict):
                 idx = item.get("step", item.get("index", pos + 1))
-                verdict = next((to_bool(item[k]) for k in ("correct", "correctness", "verdict", "label", "is_correct") if k in item), None)
+                verdict = next((to_bool(item[k]) for k in ("correct", "correctness", "verdict", "label", "is_correct")
+                                if k in item), None)
                 expl = item.get("explanation") or item.get("critique")
             else:
                 idx, verdict, expl = pos + 1, to_bool(item), None

@@ -96,7 +96,8 @@ def human_score(step: dict) -> float | None:
         describes(step)
         and step.get("description_correctness") == "partial"
         and step.get("description_relevance") in (None, "both")
-        and not (reasons(step) and False in (step.get("logic_correct"), step.get("logic_relevant"), step.get("informative")))
+        and not (reasons(step)
+                 and False in (step.get("logic_correct"), step.get("logic_relevant"), step.get("informative")))
     )
     return 0.5 if partial_only else 0.0
 
@@ -208,7 +209,8 @@ def validate_step(step: Any, index: int, where: str) -> dict:
     out["explanations"] = [e for e in expl if e.strip()]
     premises = step.get("premises") or []
     if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < index for p in premises):
-        raise SchemaError(f"premises must be indices of earlier steps (< {index}), got {premises!r}", where, f("premises"))
+        raise SchemaError(f"premises must be indices of earlier steps (< {index}), got {premises!r}",
+                          where, f("premises"))
     out["premises"] = list(premises)
     if out["correct"] is None:  # derive from aspect labels when only those are given
         out["correct"] = step_correct_from_aspects(out)

@@ -249,7 +249,7 @@ def counted_comparison_claim(c1: str, c2: str, a: int, b: int) -> Claim:
                      f"By its own counts the step should conclude there are more {concl[1]} shapes; it contradicts "
                      "itself.",
                      f"{said[0]} {c1} against {said[1]} {c2} shapes does not mean more {concl[0]} shapes.",
-                     f"The conclusion does not match the numbers given in the same sentence."])
+                     "The conclusion does not match the numbers given in the same sentence."])
 
 
 def answer_claim(premise: int, truth: str, follow: Callable[[Any], str], options, weights=None) -> Claim:

@@ -91,7 +91,8 @@ class FakeOpenAIServer:
                 self._stop.wait(30)
                 return
             time.sleep(self.latency)
-            text = " ".join(p.get("text", "") for m in body["messages"] for p in m["content"] if p.get("type") == "text")
+            text = " ".join(p.get("text", "") for m in body["messages"] for p in m["content"]
+                            if p.get("type") == "text")
             with self._lock:
                 seen = self._attempts[text] = self._attempts.get(text, 0) + 1
             if seen <= self.fail_first:

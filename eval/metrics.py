@@ -375,7 +375,8 @@ def error_propagation(gold_chains: list[list[bool | None]], pred_chains: list[li
     - predicted_incorrect_rate vs gold_incorrect_rate: shares of steps (gold known) called incorrect.
     - odds_ratio_pred / odds_ratio_gold: odds that a step is flagged when an earlier step of the same
       chain is flagged, over the odds when none is (first steps excluded; Haldane 0.5 correction when a
-      cell is zero; None when a whole row or column is empty). Each uses its own labels for the earlier steps; a None counts as not flagged.
+      cell is zero; None when a whole row or column is empty). Each uses its own labels for the earlier
+      steps; a None counts as not flagged.
     - propagation_bias = odds_ratio_pred / odds_ratio_gold: > 1 means the critic assumes errors
       propagate more than they do (VISCO Fig. 12); 1 is ideal.
     Only steps with a gold label are counted as outcomes, in both tables.

@@ -27,10 +27,13 @@ def fake_openai(server, **options):
     ("random,rate=0.3,seed=0", JudgeSpec("random", None, {"rate": 0.3, "seed": 0})),
     ("random,rate=1", JudgeSpec("random", None, {"rate": 1.0})),
     ("majority,prior=0.2", JudgeSpec("majority", None, {"prior": 0.2})),
-    ("hf:runs/critic,mode=critique,max_new_tokens=64", JudgeSpec("hf", "runs/critic", {"mode": "critique", "max_new_tokens": 64})),
+    ("hf:runs/critic,mode=critique,max_new_tokens=64",
+     JudgeSpec("hf", "runs/critic", {"mode": "critique", "max_new_tokens": 64})),
     ("openai:gpt-4o,base_url=http://127.0.0.1:8000/v1,api_key_env=OPENAI_API_KEY,concurrency=32",
-     JudgeSpec("openai", "gpt-4o", {"base_url": "http://127.0.0.1:8000/v1", "api_key_env": "OPENAI_API_KEY", "concurrency": 32})),
-    ("openai:gpt-4o,strategy=lookback,blank_image=true", JudgeSpec("openai", "gpt-4o", {"strategy": "lookback", "blank_image": True})),
+     JudgeSpec("openai", "gpt-4o",
+               {"base_url": "http://127.0.0.1:8000/v1", "api_key_env": "OPENAI_API_KEY", "concurrency": 32})),
+    ("openai:gpt-4o,strategy=lookback,blank_image=true",
+     JudgeSpec("openai", "gpt-4o", {"strategy": "lookback", "blank_image": True})),
     ("text-only:random,seed=3", JudgeSpec("text-only", "random,seed=3")),
     ({"kind": "openai", "target": "gpt-4o", "concurrency": 32}, JudgeSpec("openai", "gpt-4o", {"concurrency": 32})),
     ({"kind": "random", "options": {"rate": "0.25"}}, JudgeSpec("random", None, {"rate": 0.25})),
@@ -200,7 +203,8 @@ def test_lookback_checks_the_image_before_the_final_critique():
 
 @pytest.mark.parametrize("text, n, expected", [
     ("B", 3, 1), (" c. ", 3, 2), ("**A**", 2, 0), ("Answer D is best.", 4, 3), ("The best one is (b).", 3, 1),
-    ("A careful look shows C", 3, 2), ("B is the most careful", 3, 1), ("E", 3, None), ("none of them", 3, None), ("", 2, None), (None, 2, None),
+    ("A careful look shows C", 3, 2), ("B is the most careful", 3, 1), ("E", 3, None), ("none of them", 3, None),
+    ("", 2, None), (None, 2, None),
 ])
 def test_parse_letter(text, n, expected):
     assert parse_letter(text, n) == expected
@@ -217,7 +221,8 @@ def test_pick_best_asks_one_listwise_question():
 
 @pytest.mark.parametrize("text, labels, expected", [
     ("Incorrect.", ("correct", "incorrect"), "incorrect"), ("correct", ("correct", "incorrect"), "correct"),
-    ("yes", ("relevant", "irrelevant"), "relevant"), ("No, it repeats step 1", ("informative", "uninformative"), "uninformative"),
+    ("yes", ("relevant", "irrelevant"), "relevant"),
+    ("No, it repeats step 1", ("informative", "uninformative"), "uninformative"),
     ("non-spatial", ("entity", "attribute", "spatial", "non_spatial"), "non_spatial"),
     ("It is PARTIAL", ("correct", "partial", "unsupported"), "partial"), ("maybe", ("correct", "incorrect"), None),
 ])

@@ -108,7 +108,9 @@ def test_judge_matcher_follows_visco_protocol():
 
     def fake_llm(prompt):
         prompts.append(prompt)
-        return "Both blame the colour.\nVerdict: **yes**" if "colour" in prompt.split("[CANDIDATE]")[1] else "I cannot tell."
+        if "colour" in prompt.split("[CANDIDATE]")[1]:
+            return "Both blame the colour.\nVerdict: **yes**"
+        return "I cannot tell."
 
     matcher = JudgeMatcher(fake_llm, name="fake-llm")
     assert matcher("the colour is wrong", "step says red, the shape is blue") == 1.0

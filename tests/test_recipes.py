@@ -246,4 +246,5 @@ def test_a_deepspeed_launch_overrides_use_cpu():
 
     argv, notes = _launcher_overrides({"ACCELERATE_USE_DEEPSPEED": "true"})
     assert argv == ["--use_cpu=false"] and "DeepSpeed" in notes[0]
-    assert _launcher_overrides({}) == ([], []) and _launcher_overrides({"ACCELERATE_USE_DEEPSPEED": "false"}) == ([], [])
+    assert _launcher_overrides({}) == ([], [])
+    assert _launcher_overrides({"ACCELERATE_USE_DEEPSPEED": "false"}) == ([], [])

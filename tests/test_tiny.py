@@ -81,7 +81,8 @@ def test_llava_image_costs_one_token_per_patch(tiny):
     if arch != "llava":
         pytest.skip("Idefics3 wraps and pools its image tokens")
     ids = encode(processor, conversation())["input_ids"][0]
-    assert (ids == processor.tokenizer.convert_tokens_to_ids("<image>")).sum() == (IMAGE_SIZE // DEFAULT_PATCH_SIZE["llava"]) ** 2 == 9
+    n_patches = (IMAGE_SIZE // DEFAULT_PATCH_SIZE["llava"]) ** 2
+    assert (ids == processor.tokenizer.convert_tokens_to_ids("<image>")).sum() == n_patches == 9
 
 
 def test_assistant_mask_covers_exactly_the_assistant_turns(tiny):

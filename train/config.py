@@ -84,7 +84,8 @@ class StepCriticArgs:
         metadata={"help": "Keep the vision encoder's weights fixed (full fine-tuning trains the rest)."},
     )
     lora_on_vision: bool = field(
-        default=False, metadata={"help": "Let LoRA target the vision tower's layers too (default: language model only)."}
+        default=False,
+        metadata={"help": "Let LoRA target the vision tower's layers too (default: language model only)."},
     )
     tiny_model: bool = field(
         default=False,

@@ -73,7 +73,8 @@ def corpus() -> list[str]:
             steps = [{"step": k, "correct": (k + pattern) % 3 != 0} for k in range(1, n_steps + 1)]
             for item in steps:
                 if not item["correct"]:
-                    item["explanation"] = f"The {COLOURS[item['step'] % len(COLOURS)]} shape is not a {SHAPES[pattern]}."
+                    colour = COLOURS[item["step"] % len(COLOURS)]
+                    item["explanation"] = f"The {colour} shape is not a {SHAPES[pattern]}."
             lines.append(format_critique({"steps": steps, "answer_correct": pattern % 2 == 0}))
     # The synthetic generator's own wording (cells, sizes, counts), so that the demo's steps are mostly whole-word
     # tokens: shorter sequences, and one token per word is one less thing a from-scratch model has to learn.

@@ -80,7 +80,7 @@ def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
     trained = [p for p in model.parameters() if id(p) not in language]  # vision tower + projector/connector
     optimizer = torch.optim.AdamW([*trained, *heads.parameters()], lr=LEARNING_RATE)
     model.train()
-    for step in range(steps):
+    for _ in range(steps):
         pixel_values, labels = _scene_batch(rng, processor, BATCH)
         pixel_values, labels = pixel_values.to(device), labels.to(device)
         features = cell_features(model, pixel_values, BATCH)

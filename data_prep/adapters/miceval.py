@@ -42,7 +42,8 @@ def _map(table: dict, value, where: str, field: str):
     if value is None:
         return None
     if value not in table:
-        raise SchemaError(f"unknown label {value!r}; expected one of {[k for k in table if k is not None]}", where, field)
+        raise SchemaError(f"unknown label {value!r}; expected one of {[k for k in table if k is not None]}",
+                          where, field)
     return table[value]
 
 
@@ -60,8 +61,10 @@ def _step(raw: dict, key: str, where: str) -> dict:
     return {
         "text": raw["step"],
         "type": _map(STEP_TYPE, raw.get("type_label"), where, f("type_label")),
-        "description_correctness": _map(DESCRIPTION_CORRECTNESS, raw.get("description_correctness_label"), where, f("description_correctness_label")),
-        "description_relevance": _map(DESCRIPTION_RELEVANCE, raw.get("description_relevance_label"), where, f("description_relevance_label")),
+        "description_correctness": _map(DESCRIPTION_CORRECTNESS, raw.get("description_correctness_label"), where,
+                                        f("description_correctness_label")),
+        "description_relevance": _map(DESCRIPTION_RELEVANCE, raw.get("description_relevance_label"), where,
+                                      f("description_relevance_label")),
         "description_errors": [_map(DESCRIPTION_ERRORS, e, where, f("description_error_label")) for e in errors],
         "logic_correct": _map(LOGIC_CORRECT, raw.get("logic_correctness_label"), where, f("logic_correctness_label")),
         "logic_relevant": _map(LOGIC_RELEVANT, raw.get("logic_relevant_label"), where, f("logic_relevant_label")),

@@ -198,7 +198,8 @@ class GenerativeJudge(Judge):
         errors = [r.error for r in replies if r.error]
         return Critique(chain["chain_id"], verdicts, chain_score=chain_score,
                         raw=json.dumps([r.text for r in replies], ensure_ascii=False), valid=n_invalid == 0,
-                        error=errors[0] if errors else (f"{n_invalid} of {len(got)} labels unreadable" if n_invalid else None),
+                        error=errors[0] if errors
+                        else (f"{n_invalid} of {len(got)} labels unreadable" if n_invalid else None),
                         extra={"task": self.task, "labels": step_labels if asked != [None] else got})
 
     def pick_best(self, chains: list[dict]) -> int | None:

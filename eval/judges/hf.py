@@ -65,7 +65,8 @@ class HFJudge(GenerativeJudge):
         import torch
 
         model, processor = self._load()
-        sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
+        sampling = ({"do_sample": True, "temperature": self.temperature} if self.temperature > 0
+                    else {"do_sample": False})
         replies = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start:start + self.batch_size]
