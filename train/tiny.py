@@ -1,12 +1,12 @@
 """An offline tiny vision-language critic: a real architecture with random weights and its own tokenizer.
 
 The Hugging Face Hub is not reachable from tests, CI or the offline demo, so everything a trainer needs is built
-here from code: a byte-level BPE tokenizer (`tiny_tokenizer.py`), a stock image processor and a model of a few million
-parameters, cached under a key that covers everything the build reads.  The result is saved like any Hub checkpoint, so the training and evaluation
-code paths are exactly the ones used for Qwen2.5-VL or SmolVLM.
+here from code: a byte-level BPE tokenizer (`tiny_tokenizer.py`), a stock image processor and a model of a few
+million parameters, cached under a key that covers everything the build reads. The result is saved like any Hub
+checkpoint, so the training and evaluation code paths are exactly the ones used for Qwen2.5-VL or SmolVLM.
 
 Sizes are chosen for a 2-core CPU: one optimiser step on 8 samples of ~200 text tokens plus a 96 px image
-(36 image tokens) takes about 0.3 s.
+(9 image tokens, one per grid cell) takes about 0.3 s.
 """
 
 from __future__ import annotations
