@@ -4,6 +4,7 @@
     python -m stepcritic.bench.scoring                             PRM one-pass scoring vs writing critiques
     python -m stepcritic.bench.masks                               assistant-mask encoding: transformers vs ours
     python -m stepcritic.bench.perception_probe                    can the tiny critic read its images?
+    python -m stepcritic.bench.base_probe --model DIR              what a tiny base answers about its scenes
     python -m stepcritic.bench.openai_judge                        API judge throughput against a local fake server
     python -m stepcritic.bench.runner                              `stepcritic eval` wall time and memory, 10k chains
 """

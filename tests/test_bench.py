@@ -85,3 +85,16 @@ def test_train_throughput_reports_a_run_with_images():
     assert report["image_tokens_per_sample"] == 4 and report["seq_len"] == 64
     assert report["trainable"] < report["parameters"] and report["samples_per_s"] > 0
     assert report["distributed"] == "NO" and "mfu" not in report  # no GPU, no utilisation
+
+
+def test_base_probe_scores_only_the_final_answer_of_every_question_kind():
+    from stepcritic.bench import base_probe
+    from stepcritic.data_prep import scene_qa
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny import tiny_critic_path
+
+    assert base_probe._last_run([3, 4, 9, 10, 11]) == [9, 10, 11] and base_probe._last_run([5]) == [5]
+    model, processor = load_critic(tiny_critic_path())
+    scores = base_probe.probe(model, processor, per_question=2, caption=True)
+    assert set(scores) == {ask.__name__.lstrip("_") for ask in scene_qa.QUESTIONS}
+    assert all(0.0 <= value <= 1.0 for value in scores.values())
