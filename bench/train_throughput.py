@@ -28,7 +28,7 @@ def peak_flops(device_name: str) -> float | None:
     return next((flops for key, flops in PEAK_FLOPS.items() if key in device_name), None)
 
 
-def build_model(recipe, real_size: bool, device="cpu"):
+def build_model(recipe, real_size: bool, device="cpu", fused_loss: bool = True):
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -44,6 +44,10 @@ def build_model(recipe, real_size: bool, device="cpu"):
         with torch.device(device):  # a real-size random init on the CPU alone takes minutes
             model = AutoModelForImageTextToText.from_config(
                 config, dtype=dtype, attn_implementation=recipe.model_args.attn_implementation)
+    if fused_loss:  # before PEFT wraps it, as TRL's trainers add it
+        from trl.trainer.utils import add_fused_lm_head
+
+        add_fused_lm_head(model)
     return common.prepare_model(recipe, model)
 
 
@@ -113,7 +117,8 @@ def training_flops(model, tokens: int, seq_len: int, image_patches: int = 0) -> 
     return tokens * per_token + image_patches * per_patch
 
 
-def train_throughput(recipe, steps: int, real_size: bool, seq_len: int | None, image_size: int | None = None) -> dict:
+def train_throughput(recipe, steps: int, real_size: bool, seq_len: int | None, image_size: int | None = None,
+                     loss: str = "fused") -> dict:
     """Time `steps` optimiser steps. Run it plain (one device) or under `accelerate launch` with any config in
     recipes/accelerate/ (DeepSpeed ZeRO-2/3 included): the model and optimiser go through `Accelerator.prepare`."""
     import os
@@ -133,7 +138,8 @@ def train_throughput(recipe, steps: int, real_size: bool, seq_len: int | None, i
     if accelerator.state.deepspeed_plugin is not None:
         # no DataLoader goes through prepare(), so DeepSpeed cannot infer its "auto" micro-batch size
         accelerator.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = batch_size
-    model = build_model(recipe, real_size, accelerator.device).to(accelerator.device).train()
+    fused = loss == "fused"
+    model = build_model(recipe, real_size, accelerator.device, fused_loss=fused).to(accelerator.device).train()
     if args.activation_checkpointing:
         model.activation_checkpointing_enable(args.activation_checkpointing_kwargs)
     length = seq_len or getattr(args, "max_length", None) or 1024
@@ -146,8 +152,10 @@ def train_throughput(recipe, steps: int, real_size: bool, seq_len: int | None, i
 
     def step():
         with accelerator.autocast():
-            loss = model(**batch).loss
-        accelerator.backward(loss)
+            # fused: TRL's LM head, only labelled positions, in tiles (what SFT/PRM/DPO training runs);
+            # full: (batch, seq, vocab) logits upcast to fp32, transformers' own loss
+            loss_value = (model(**batch, fused_lm_head=True) if fused else model(**batch)).loss
+        accelerator.backward(loss_value)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -156,7 +164,7 @@ def train_throughput(recipe, steps: int, real_size: bool, seq_len: int | None, i
     seconds = timed(step, steps)
     samples = steps * batch_size * accelerator.num_processes
     report = {"device": torch.cuda.get_device_name() if cuda else "cpu", "processes": accelerator.num_processes,
-              "distributed": accelerator.distributed_type.value, "precision": precision,
+              "distributed": accelerator.distributed_type.value, "precision": precision, "loss": loss,
               "parameters": total, "trainable": trainable, "per_device_batch_size": batch_size, "seq_len": length,
               "image_tokens_per_sample": int((batch["labels"][0] == -100).sum()),
               "activation_checkpointing": bool(args.activation_checkpointing),
@@ -181,6 +189,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seq-len", type=int, help="tokens per sample (default: the recipe's max_length)")
     parser.add_argument("--image-size", type=int,
                         help="one random image of this side (px) per sample, Qwen2-VL family (default: text only)")
+    parser.add_argument("--loss", choices=("fused", "full"), default="fused",
+                        help="fused: TRL's fused LM head over labelled positions only, what the trainers run "
+                             "(default); full: the model's own loss over full fp32 logits (the README's older rows)")
     return parser
 
 
@@ -189,7 +200,7 @@ def main(argv=None) -> int:
 
     args, overrides = make_parser().parse_known_args(argv)
     report = train_throughput(parse_recipe(args.config, overrides), args.steps, args.real_size, args.seq_len,
-                              args.image_size)
+                              args.image_size, args.loss)
     print(json.dumps(report, indent=2))
     return 0
 

@@ -87,6 +87,21 @@ def test_train_throughput_reports_a_run_with_images():
     assert report["distributed"] == "NO" and "mfu" not in report  # no GPU, no utilisation
 
 
+def test_fused_loss_equals_the_full_logits_loss_with_images_and_lora():
+    # the throughput benchmark times TRL's fused LM head, what the trainers run; it must be the same loss
+    import torch
+
+    recipe = parse_recipe(str(QWEN_SFT), ["--per_device_train_batch_size", "2"])
+    model = bench.build_model(recipe, real_size=False, fused_loss=True)
+    batch = bench.synthetic_batch(model, 2, 48, 56, "cpu")
+    batch.pop("image_patches", None)
+    with torch.no_grad():
+        full, fused = model(**batch).loss, model(**batch, fused_lm_head=True).loss
+    assert torch.allclose(full, fused, rtol=1e-4), (full, fused)
+    report = bench.train_throughput(recipe, steps=1, real_size=False, seq_len=48, image_size=56, loss="full")
+    assert report["loss"] == "full" and report["samples_per_s"] > 0
+
+
 def test_base_probe_scores_only_the_final_answer_of_every_question_kind():
     from stepcritic.bench import base_probe
     from stepcritic.data_prep import scene_qa
