@@ -106,7 +106,7 @@ def test_base_probe_scores_only_the_final_answer_of_every_question_kind():
     from stepcritic.bench import base_probe
     from stepcritic.data_prep import scene_qa
     from stepcritic.train.loading import load_critic
-    from stepcritic.train.tiny import tiny_critic_path
+    from stepcritic.train.tiny_cache import tiny_critic_path
 
     assert base_probe._last_run([3, 4, 9, 10, 11]) == [9, 10, 11] and base_probe._last_run([5]) == [5]
     model, processor = load_critic(tiny_critic_path())

@@ -23,7 +23,7 @@ def test_fast_mask_equals_transformers():
     from transformers.processing_utils import ProcessorMixin
 
     from stepcritic.train import fast_masks
-    from stepcritic.train.tiny import tiny_critic_path
+    from stepcritic.train.tiny_cache import tiny_critic_path
 
     processor = AutoProcessor.from_pretrained(tiny_critic_path(vision_pretrain_steps=200))
     conversations = _conversations(6)

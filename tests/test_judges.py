@@ -250,8 +250,8 @@ def test_weights_digest_follows_the_weights(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_critic():
-    tiny = pytest.importorskip("stepcritic.train.tiny", reason="train/tiny.py (the tiny critic builder) is absent")
-    return tiny.tiny_critic_path()  # the shared build cache: built once, reused by every test file
+    cache = pytest.importorskip("stepcritic.train.tiny_cache", reason="the tiny critic builder is absent")
+    return cache.tiny_critic_path()  # the shared build cache: built once, reused by every test file
 
 
 def test_hf_judge_with_an_untrained_tiny_model(tiny_critic):

@@ -9,7 +9,8 @@ import torch
 from PIL import Image
 
 from stepcritic.train.loading import load_critic
-from stepcritic.train.tiny import DEFAULT_PATCH_SIZE, TURN_END, build_tiny_critic, tiny_critic_path
+from stepcritic.train.tiny import DEFAULT_PATCH_SIZE, TURN_END, build_tiny_critic
+from stepcritic.train.tiny_cache import tiny_critic_path
 
 IMAGE_SIZE = 96
 CRITIQUE = json.dumps(

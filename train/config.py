@@ -192,7 +192,7 @@ class Recipe:
     def model_path(self) -> str:
         """The checkpoint to train: `model_name_or_path`, or the cached offline tiny critic when `tiny_model`."""
         if self.script_args.tiny_model:
-            from stepcritic.train.tiny import tiny_critic_path
+            from stepcritic.train.tiny_cache import tiny_critic_path
 
             args = self.script_args
             # 0 is left out of the cache key, so a random-tower build keeps the folder it always had

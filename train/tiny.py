@@ -11,11 +11,7 @@ Sizes are chosen for a 2-core CPU: one optimiser step on 8 samples of ~200 text 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from stepcritic.train.tiny_tokenizer import (
@@ -25,11 +21,11 @@ from stepcritic.train.tiny_tokenizer import (
     PAD_TOKEN,
     TURN_END,
     TURN_START,
-    corpus_digest,
     train_tokenizer,
 )
 
-# Bump when the builder changes what it writes, so cached copies are rebuilt instead of silently reused.
+# Bump when the builder changes what it writes, so cached copies are rebuilt instead of silently reused
+# (part of the cache key in tiny_cache.py).
 TINY_BUILD_VERSION = 3
 DEFAULT_PATCH_SIZE = {"llava": 32, "idefics3": 16}
 
@@ -187,38 +183,3 @@ def build_tiny_critic(
     model.save_pretrained(out)
     processor.save_pretrained(out)
     return str(out)
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("STEPCRITIC_CACHE", Path.home() / ".cache" / "stepcritic"))
-
-
-def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "llava", **build_kwargs) -> str:
-    """Path of a cached tiny critic built with these arguments, building it on first use.
-
-    The folder name hashes the build arguments, the builder version and the transformers version, so a change
-    to any of them gives a fresh build.  Building happens in a temporary sibling folder that is renamed into
-    place, so concurrent processes (DDP ranks, parallel tests) never see a half-written model.
-    """
-    import transformers
-
-    key = json.dumps(
-        {"arch": arch, **build_kwargs, "builder": TINY_BUILD_VERSION, "transformers": transformers.__version__,
-         "corpus": corpus_digest()},
-        sort_keys=True,
-    )
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / f"tiny-{arch}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-    if target.is_dir():
-        return str(target)
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
-    try:
-        build_tiny_critic(staging, arch=arch, **build_kwargs)
-        os.rename(staging, target)
-    except OSError:
-        if not target.is_dir():  # losing the rename race to another process is fine; anything else is not
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return str(target)

@@ -1,0 +1,53 @@
+"""The tiny critic's cache: build once per set of build arguments, reuse from `~/.cache/stepcritic` after.
+
+The key covers everything a build reads: its arguments, the builder's version, the transformers version and the
+tokenizer's training corpus (which is the synthetic generator's wording), so a change to any of them builds afresh
+instead of silently reusing a stale model or tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("STEPCRITIC_CACHE", Path.home() / ".cache" / "stepcritic"))
+
+
+def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "llava", **build_kwargs) -> str:
+    """Path of a cached tiny critic built with these arguments, building it on first use.
+
+    The folder name hashes the build arguments, the builder version and the transformers version, so a change
+    to any of them gives a fresh build.  Building happens in a temporary sibling folder that is renamed into
+    place, so concurrent processes (DDP ranks, parallel tests) never see a half-written model.
+    """
+    import transformers
+
+    from stepcritic.train import tiny
+    from stepcritic.train.tiny_tokenizer import corpus_digest
+
+    key = json.dumps(
+        {"arch": arch, **build_kwargs, "builder": tiny.TINY_BUILD_VERSION, "transformers": transformers.__version__,
+         "corpus": corpus_digest()},
+        sort_keys=True,
+    )
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = root / f"tiny-{arch}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    if target.is_dir():
+        return str(target)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+    try:
+        tiny.build_tiny_critic(staging, arch=arch, **build_kwargs)
+        os.rename(staging, target)
+    except OSError:
+        if not target.is_dir():  # losing the rename race to another process is fine; anything else is not
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(target)
