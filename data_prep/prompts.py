@@ -298,11 +298,11 @@ def listwise_messages(chains: list[dict]) -> list[dict]:
 
 
 def lookback_question_messages(chain: dict, step_index: int, max_questions: int) -> list[dict]:
-    """LookBack: ask for questions about the visual facts step `step_index` takes for granted (read back by
-    `critique.parse_questions`)."""
+    """LookBack's RaiseQuestion(LVLM, I, T_i): questions about the visual facts step `step_index` relies on, from
+    the image and that step alone, as VISCO's Algorithm 1 has it (read back by `critique.parse_questions`)."""
     _check_step_index(chain, step_index)
-    text = load_template("lookback_questions").render(question=chain["question"], steps=_step_texts(chain),
-                                                      step_number=step_index + 1, max_questions=max_questions)
+    text = load_template("lookback_questions").render(step=_step_texts(chain)[step_index],
+                                                      max_questions=max_questions)
     return [user_with_image(text)]
 
 
@@ -311,7 +311,7 @@ def lookback_answer_messages(question: str) -> list[dict]:
     return [user_with_image(load_template("lookback_answer").render(question=question))]
 
 
-def lookback_final_text(first_critique: str, checks: list[dict]) -> str:
-    """LookBack: what follows the critique prompt for the final critique (the first critique and the checks,
-    each `{"question", "answer"}`)."""
-    return load_template("lookback_final").render(first_critique=first_critique, checks=checks)
+def lookback_final_text(checks: list[dict]) -> str:
+    """LookBack's final Critique(LVLM, I, q, (T, a), Q, A): what follows the critique prompt, the questions and
+    their answers (each `{"question", "answer"}`)."""
+    return load_template("lookback_final").render(checks=checks)

@@ -185,18 +185,26 @@ def test_score_and_verifier_modes():
     assert verified[0].extra["labels"] == [None, None, "incorrect"]
 
 
-def test_lookback_checks_the_image_before_the_final_critique():
+def test_lookback_follows_visco_algorithm_1():
+    """RaiseQuestion per step from the image and that step, q added, AnswerQuestion for each, then one Critique
+    given the questions and answers; no first critique (VISCO Appendix D, Algorithm 1)."""
+    chain = chains(2)[0]
     with FakeOpenAIServer() as server:
-        (critique,) = fake_openai(server, strategy="lookback").judge_batch(chains(2)[:1])
-    prompts = server.prompt_texts()
-    # 1 first critique + 3 question requests (one per step) + 4 answers (3 questions + the original one) + 1 final
-    assert len(prompts) == 9
-    assert sum("JSON list of at most" in p for p in prompts) == 3
-    assert any("What colour is the shape?" in p and "from what you can see" in p for p in prompts)
-    final = prompts[-1]
-    assert "The shape is blue." in final and "first review" in final
+        (critique,) = fake_openai(server, strategy="lookback").judge_batch([chain])
+    sent = server.prompt_texts()
+    steps = [step["text"] for step in chain["steps"]]
+    # 3 RaiseQuestion requests (one per step) + 4 AnswerQuestion (3 raised questions + q) + 1 Critique, in order
+    assert len(sent) == 3 + 4 + 1
+    for k, step in enumerate(steps):  # each RaiseQuestion sees its own step, not the others nor the chain's question
+        assert "JSON list of at most" in sent[k] and step in sent[k]
+        assert not any(other in sent[k] for other in steps if other != step) and chain["question"] not in sent[k]
+    answered = sent[3:7]
+    assert all("from what you can see" in p for p in answered)
+    assert f"Question: {chain['question']}" in answered[-1]  # the original question q joins Q, last
+    final = sent[-1]
+    assert all(step in final for step in steps) and "-> " in final and "first review" not in final
     assert critique.valid and critique.verdicts == [True, False, True]
-    assert len(critique.extra["lookback"]["checks"]) == 4
+    assert len(critique.extra["lookback"]["checks"]) == 4 and "first" not in critique.extra["lookback"]
 
 
 # ----------------------------------------------------------------------------- reading replies

@@ -79,8 +79,7 @@ def test_golden_judging_prompts(fixture_chain):
     check_golden("lookback_questions", as_text(prompts.lookback_question_messages(fixture_chain, 1, 3)))
     check_golden("lookback_answer", as_text(prompts.lookback_answer_messages("What colour is the circle?")))
     checks = [{"question": "What colour is the circle?", "answer": "It is red."}]
-    first = critique.format_critique(critique.gold_critique(fixture_chain))
-    check_golden("lookback_final", prompts.lookback_final_text(first, checks) + "\n")
+    check_golden("lookback_final", prompts.lookback_final_text(checks) + "\n")
 
 
 def test_every_packaged_template_has_a_golden_snapshot():

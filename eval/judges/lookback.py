@@ -1,17 +1,16 @@
-"""VISCO's LookBack critique strategy (`strategy=lookback` on any generative judge).
+"""VISCO's LookBack critique strategy (`strategy=lookback` on any generative judge), as its Algorithm 1.
 
-Critics tend to take a chain's claims about the image on trust. LookBack makes the model go back to the
-image before its final word:
+Critics tend to take a chain's claims about the image on trust. LookBack makes the model go back to the image
+before it critiques (VISCO, Section 5 and Appendix D, Algorithm 1):
 
-1. a first critique, with the ordinary critique prompt;
-2. for every step, questions about the visual facts the step takes for granted;
-3. each question (plus the chain's own question, since a candidate answer helps the critique) answered
-   from the image alone;
-4. the final critique: the ordinary critique prompt, followed by the first critique and the checked
-   observations.
+1. RaiseQuestion: for every step T_i, questions about the visual facts it relies on, from the image and T_i;
+2. the chain's own question q joins them;
+3. AnswerQuestion: each question answered from the image alone;
+4. Critique: the ordinary critique prompt for (q, chain, answer), followed by the questions and their answers.
 
-Every phase is one `generate` call over all chains of the batch, so API judges run it concurrently.
-A chain whose first or final request fails is invalid; a failed question or answer only loses that check.
+There is no first critique: an earlier version fed one into the final prompt, which the paper's algorithm does not.
+Every phase is one `generate` call over all chains of the batch, so API judges run it concurrently. A chain whose
+final request fails is invalid; a failed question or answer request only loses that check.
 """
 
 from __future__ import annotations
@@ -25,36 +24,30 @@ TEMPLATES = ["lookback_questions", "lookback_answer", "lookback_final"]  # in `d
 
 
 def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Critique]:
-    first = judge.generate([judge.critique_prompt(c) for c in chains])
-    live = [i for i, reply in enumerate(first) if not reply.error]
-
-    # phase 2: verification questions, one request per step
-    asks = [(i, chain_prompt(prompts.lookback_question_messages(chains[i], k, judge.max_questions), chains[i]))
-            for i in live for k in range(len(chains[i]["steps"]))]
-    questions: dict[int, list[str]] = {i: [] for i in live}
+    # RaiseQuestion: one request per step, from the image and that step
+    asks = [(i, chain_prompt(prompts.lookback_question_messages(chain, k, judge.max_questions), chain))
+            for i, chain in enumerate(chains) for k in range(len(chain["steps"]))]
+    questions: list[list[str]] = [[] for _ in chains]
     for (i, _), reply in zip(asks, judge.generate([p for _, p in asks])):
         questions[i] += parse_questions(reply.text)[:judge.max_questions]
-    for i in live:
-        questions[i].append(chains[i]["question"])
+    for i, chain in enumerate(chains):
+        questions[i].append(chain["question"])
 
-    # phase 3: answer every question from the image alone
-    pending = [(i, q) for i in live for q in questions[i]]
+    # AnswerQuestion: every question answered from the image alone
+    pending = [(i, q) for i in range(len(chains)) for q in questions[i]]
     answers = judge.generate([chain_prompt(prompts.lookback_answer_messages(q), chains[i]) for i, q in pending])
-    checks: dict[int, list[dict]] = {i: [] for i in live}
+    checks: list[list[dict]] = [[] for _ in chains]
     for (i, q), reply in zip(pending, answers):
         if not reply.error and reply.text and reply.text.strip():
             checks[i].append({"question": q, "answer": reply.text.strip()})
 
-    # phase 4: the final critique, informed by the checks
+    # Critique, given the questions and their answers
     finals = judge.generate([
-        with_appended_text(judge.critique_prompt(chains[i]),
-                           "\n\n" + prompts.lookback_final_text((first[i].text or "").strip(), checks[i]))
-        for i in live])
-    final_of = dict(zip(live, finals))
-
+        with_appended_text(judge.critique_prompt(chain), "\n\n" + prompts.lookback_final_text(checks[i]))
+        for i, chain in enumerate(chains)])
     critiques = []
     for i, chain in enumerate(chains):
-        critique = critique_from_reply(chain, final_of.get(i, first[i]))
-        critique.extra["lookback"] = {"first": first[i].text, "checks": checks.get(i, [])}
+        critique = critique_from_reply(chain, finals[i])
+        critique.extra["lookback"] = {"checks": checks[i]}
         critiques.append(critique)
     return critiques
