@@ -38,15 +38,22 @@ def read_records(path: str) -> Iterator[tuple[str, object]]:
     """Yield (where, record) for .jsonl/.json/.parquet input; a malformed line yields a SchemaError."""
     name = os.path.basename(path)
     if path.endswith(".parquet"):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        for i, rec in enumerate(pq.read_table(path).to_pylist(), 1):
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError) as e:
+            raise IngestError(f"{path}: unreadable parquet file ({' '.join(str(e).split())})") from None
+        for i, rec in enumerate(table.to_pylist(), 1):
             yield f"{name}:row{i}", rec
         return
     if path.endswith(".json"):
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             try:
                 data = json.load(f)
+            except UnicodeDecodeError as e:
+                raise IngestError(f"{path}: not UTF-8 text ({e.reason}); expected JSON") from None
             except json.JSONDecodeError as e:
                 yield f"{name}:{e.lineno}", SchemaError(f"malformed JSON ({e.msg})", f"{name}:{e.lineno}")
                 return
@@ -54,14 +61,18 @@ def read_records(path: str) -> Iterator[tuple[str, object]]:
             yield f"{name}:item{i}", rec
         return
     with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{name}:{lineno}"
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as e:
-                yield where, SchemaError(f"malformed JSON line ({e.msg} at column {e.colno})", where)
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"{name}:{lineno}"
+                try:
+                    yield where, json.loads(line)
+                except json.JSONDecodeError as e:
+                    yield where, SchemaError(f"malformed JSON line ({e.msg} at column {e.colno})", where)
+        except UnicodeDecodeError as e:
+            raise IngestError(f"{path}:{lineno + 1}: not UTF-8 text ({e.reason}); expected JSON lines") from None
 
 
 def label_counts(chains: list[dict]) -> dict:
@@ -84,6 +95,8 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
         raise IngestError(f"unknown format {fmt!r}; choose one of {sorted(FORMATS)}")
     if on_error not in ("fail", "skip"):
         raise IngestError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
+    if os.path.isdir(input_path):
+        raise IngestError(f"{input_path} is a folder; --input takes one file (.jsonl, .json or .parquet)")
     if not os.path.isfile(input_path):
         raise IngestError(f"input file not found: {input_path}")
     adapter = importlib.import_module(FORMATS[fmt])
@@ -111,6 +124,8 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
         kept.append(chain)
 
     assert n_in == len(kept) + len(rejected)  # the accounting invariant, never violated silently
+    if n_in == 0:
+        raise IngestError(f"{input_path}: holds no records (the file is empty)")
     stats = {
         "format": fmt, "input": os.path.abspath(input_path), "image_root": ctx["image_root"],
         "n_records": n_in, "n_chains": len(kept), "n_steps": sum(len(c["steps"]) for c in kept),

@@ -207,11 +207,13 @@ def validate_step(step: Any, index: int, where: str) -> dict:
     if not all(isinstance(e, str) for e in expl):
         raise SchemaError("explanations must be a list of strings", where, f("explanations"))
     out["explanations"] = [e for e in expl if e.strip()]
-    premises = step.get("premises") or []
-    if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < index for p in premises):
+    # None: premises not annotated; []: the step rests only on the image and question (RPTS tells them apart)
+    premises = step.get("premises")
+    if premises is not None and not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < index
+                                        for p in premises):
         raise SchemaError(f"premises must be indices of earlier steps (< {index}), got {premises!r}",
                           where, f("premises"))
-    out["premises"] = list(premises)
+    out["premises"] = None if premises is None else list(premises)
     if out["correct"] is None:  # derive from aspect labels when only those are given
         out["correct"] = step_correct_from_aspects(out)
     hs = step.get("human_score")
@@ -304,19 +306,70 @@ def save_chains(chains: list[dict], out_dir: str):
     return ds
 
 
+# a saved chains dataset must have these columns (validate_chain requires them of every record)
+REQUIRED_COLUMNS = ("chain_id", "question", "image", "steps")
+CHAINS_HINT = "a chains folder saved by `stepcritic data ingest` or `synth`, or a canonical .jsonl file"
+
+
+def _built_kind(path: str) -> str | None:
+    """The kind of a dataset `stepcritic data build` wrote at `path` ('?' when unrecorded), else None."""
+    if not os.path.isfile(os.path.join(path, "dataset_dict.json")):
+        return None
+    try:
+        with open(os.path.join(path, "build_stats.json")) as f:
+            return str(json.load(f).get("kind") or "?")
+    except (OSError, ValueError, AttributeError):
+        return "?"
+
+
+def _read_jsonl_chains(path: str) -> list[dict]:
+    recs = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    raw = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise SchemaError(f"malformed JSON line ({e.msg} at column {e.colno})", f"{path}:{i}") from None
+                recs.append(validate_chain(raw, f"{path}:{i}", os.path.dirname(path)))
+    except UnicodeDecodeError as e:
+        raise SchemaError(f"not a UTF-8 text file ({e.reason} at byte {e.start})", path) from None
+    if not recs:
+        raise SchemaError("holds no chains (the file is empty)", path)
+    return recs
+
+
 def load_chains(path: str, decode_images: bool = True):
-    """Load a chains dataset saved by `save_chains` (or a canonical .jsonl file)."""
+    """Load a chains dataset saved by `save_chains` (or a canonical .jsonl file).
+
+    Anything else (a missing path, a dataset built by `stepcritic data build`, a folder or file that is not a
+    chains dataset, an empty file, a dataset without the chain columns) raises `SchemaError` naming the path.
+    """
     from datasets import Dataset, Image, load_from_disk
 
-    if os.path.isfile(path) and path.endswith((".jsonl", ".json")):
-        with open(path) as f:
-            recs = [validate_chain(json.loads(line), f"{path}:{i}", os.path.dirname(path))
-                    for i, line in enumerate(f, 1) if line.strip()]
-        ds = Dataset.from_list(recs, features=features())
+    if os.path.isfile(path):
+        if not path.endswith((".jsonl", ".json")):
+            raise SchemaError(f"not a chains dataset (expected {CHAINS_HINT}; convert other files with "
+                              "`stepcritic data ingest`)", path)
+        ds = Dataset.from_list(_read_jsonl_chains(path), features=features())
     else:
         if not os.path.isdir(path):
-            raise FileNotFoundError(f"no chains dataset at {path}")
+            raise SchemaError(f"no chains dataset here (expected {CHAINS_HINT})", path)
+        kind = _built_kind(path)
+        if kind is not None:
+            raise SchemaError(f"a dataset built by `stepcritic data build` (kind {kind!r}), not chains; pass the "
+                              "chains it was built from", path)
+        if not os.path.isfile(os.path.join(path, "state.json")):
+            raise SchemaError(f"not a chains dataset (expected {CHAINS_HINT})", path)
         ds = load_from_disk(path)
+        missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
+        if missing:
+            raise SchemaError(f"not a chains dataset: no {', '.join(repr(c) for c in missing)} column "
+                              f"(columns: {', '.join(ds.column_names)})", path, missing[0])
+        if len(ds) == 0:
+            raise SchemaError("holds no chains", path)
     if not decode_images:
         ds = ds.cast_column("image", Image(decode=False))
     return ds
