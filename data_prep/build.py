@@ -32,18 +32,25 @@ from stepcritic.data_prep.contract import KIND_NAMES as KINDS
 from stepcritic.data_prep.contract import KINDS as KIND_SPECS
 from stepcritic.data_prep.contract import STATS_FILE
 from stepcritic.data_prep.splits import SPLITS, split_by_group
+from stepcritic.errors import UserError
 
 TEMPLATE_ROLE = {"critique-sft": "critique", "verifier-sft": "verifier", "prm-sft": "prm",
                  "critique-pref": "critique", "outcome-rm": "outcome"}
 
 
+class BuildError(UserError, ValueError):
+    """Build options or chains the builder cannot use (unknown kind, bad test fraction, no chains, ...)."""
+
+
 @dataclass
 class _SplitRows:
-    """What one kind produced from one split: rows, chains skipped by reason, label counts."""
+    """What one kind produced from one split: rows, chains skipped by reason, label counts, and (critique
+    kinds) how many incorrect steps' target explanations are reference critiques or the placeholder."""
 
     rows: list = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
     labels: Counter = field(default_factory=Counter)
+    explanations: Counter = field(default_factory=Counter)
 
 
 # ----------------------------------------------------------------------------- input
@@ -76,6 +83,13 @@ def _critique_skip_reason(chain: dict) -> str | None:
     return None
 
 
+def _count_explanations(chain: dict, out: _SplitRows) -> None:
+    """The gold critique explains each incorrect step with its first reference critique, or a placeholder."""
+    for s in chain["steps"]:
+        if s["correct"] is False:
+            out.explanations["reference" if s.get("explanations") else "placeholder"] += 1
+
+
 def _ids(chain: dict) -> dict:
     return {"images": [chain["image"]], "chain_id": chain["chain_id"], "group_id": chain["group_id"]}
 
@@ -92,6 +106,7 @@ def _critique_sft(chains, template, out: _SplitRows, **_) -> None:
         out.rows.append({"messages": messages, **_ids(chain)})
         out.labels.update(f"step/{'correct' if s['correct'] else 'incorrect'}" for s in chain["steps"])
         out.labels[f"answer/{'correct' if chain['answer_correct'] else 'incorrect'}"] += 1
+        _count_explanations(chain, out)
 
 
 def _verifier_sft(chains, template, out: _SplitRows, **_) -> None:
@@ -122,17 +137,23 @@ def _prm_sft(chains, template, out: _SplitRows, **_) -> None:
 
 def _critique_pref(chains, template, out: _SplitRows, seed: int, pref_mix: dict, **_) -> None:
     pool = pairs.ExplanationPool(chains)
+    usable = []
     for chain in chains:
         reason = _critique_skip_reason(chain)
         if reason:
             out.skipped[reason] += 1
+        else:
+            usable.append(chain)
+    # Which corruption each chain gets is planned over the split, so the realised mix is the requested one
+    # (chains over the quota are skipped and counted); the plan and each corruption's choices are seeded.
+    plan = pairs.plan_corruptions(usable, pref_mix, pool, seed)
+    for chain in usable:
+        corruption = plan[chain["chain_id"]]
+        if corruption in (pairs.NO_CORRUPTION, pairs.OVER_QUOTA):
+            out.skipped[corruption] += 1
             continue
-        # Seeded per chain so a pair does not change when other chains are added or reordered.
-        drawn = pairs.corrupt_critique(chain, pref_mix, pool, random.Random(f"{seed}:{chain['chain_id']}"))
-        if drawn is None:
-            out.skipped["no_applicable_corruption"] += 1
-            continue
-        corruption, rejected = drawn
+        rejected = pairs.apply_corruption(chain, corruption, pool, random.Random(f"{seed}:{chain['chain_id']}"))
+        _count_explanations(chain, out)
         out.rows.append({
             "prompt": prompts.critique_messages(chain, template),
             "chosen": [prompts.assistant_turn(prompts.critique_target(chain))],
@@ -184,6 +205,26 @@ def features(kind: str):
 
 # ----------------------------------------------------------------------------- entry point
 
+def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts.PromptTemplate | None = None,
+                  pref_mix: dict | str | None = None) -> tuple[prompts.PromptTemplate, dict | None]:
+    """Check the build options before any chain is read; returns the loaded template and the parsed mix.
+
+    `test_fraction` may be 0 here (everything in train); the command line asks for a held-out split.
+    """
+    if kind not in KINDS:
+        raise BuildError(f"unknown dataset kind {kind!r}; expected one of {list(KINDS)}")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 <= test_fraction < 1:
+        raise BuildError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
+    if pref_mix is not None and kind != "critique-pref":
+        raise BuildError(f"pref_mix only applies to kind 'critique-pref', not {kind!r}")
+    try:
+        loaded_template = prompts.load_template(template or prompts.DEFAULT_TEMPLATES[TEMPLATE_ROLE[kind]])
+    except FileNotFoundError as e:
+        raise BuildError(str(e)) from None
+    mix = pairs.parse_pref_mix(pref_mix) if kind == "critique-pref" else None
+    return loaded_template, mix
+
+
 def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, seed: int = 0,
                   template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None) -> dict:
     """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats."""
@@ -191,13 +232,10 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
 
     from stepcritic.data_prep.card import write_card
 
-    if kind not in KINDS:
-        raise ValueError(f"unknown dataset kind {kind!r}; expected one of {list(KINDS)}")
-    if pref_mix is not None and kind != "critique-pref":
-        raise ValueError(f"pref_mix only applies to kind 'critique-pref', not {kind!r}")
-    loaded_template = prompts.load_template(template or prompts.DEFAULT_TEMPLATES[TEMPLATE_ROLE[kind]])
-    mix = pairs.parse_pref_mix(pref_mix) if kind == "critique-pref" else None
+    loaded_template, mix = check_options(kind, test_fraction, template, pref_mix)
     records = _canonical_chains(chains)
+    if not records:
+        raise BuildError("no chains to build from")
     split_chains = split_by_group(records, test_fraction, seed)
 
     produced = {}
@@ -233,6 +271,11 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
     if mix is not None:
         stats["pref_mix"] = {"weights": mix,
                              "realised": dict(sum((produced[s].labels for s in SPLITS), Counter()))}
+    if kind in ("critique-sft", "critique-pref"):
+        explained = sum((produced[s].explanations for s in SPLITS), Counter())
+        stats["explanations"] = {"reference": explained["reference"], "placeholder": explained["placeholder"],
+                                 "placeholder_text": critique.gold_critique(
+                                     {"steps": [{"correct": False}]})["steps"][0]["explanation"]}
     with open(os.path.join(out_dir, STATS_FILE), "w") as f:
         json.dump(stats, f, indent=2, sort_keys=True)
     write_card(stats, os.path.join(out_dir, "README.md"))

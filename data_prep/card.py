@@ -48,14 +48,74 @@ def card_text(stats: dict) -> str:
         "## Prompt template", "",
         f"`{stats['template']['name']}` (sha256 prefix `{stats['template']['hash']}`).",
     ]
+    if "explanations" in stats:
+        lines += ["", "## Explanations", "", explanations_text(stats["explanations"])]
     if "pref_mix" in stats:
         mix = stats["pref_mix"]
+        total_weight = sum(mix["weights"].values()) or 1
+        total_pairs = sum(mix["realised"].values()) or 1
         lines += ["", "## Corruption mix", "",
-                  *_table(("corruption", "weight", "pairs"),
-                          [(name, w, mix["realised"].get(name, 0)) for name, w in mix["weights"].items()])]
+                  *_table(("corruption", "weight", "requested share", "pairs", "realised share"),
+                          [(name, w, f"{w / total_weight:.1%}", mix["realised"].get(name, 0),
+                            f"{mix['realised'].get(name, 0) / total_pairs:.1%}")
+                           for name, w in mix["weights"].items()])]
+        left_out = stats["chains_skipped"].get("over_mix_quota", 0)
+        if left_out:
+            lines += ["", f"{left_out} chains were left out (`over_mix_quota`) so that the realised shares match "
+                          "the requested ones: the corruptions that apply to few chains limit the others. Weight "
+                          "the corruptions that apply to more chains higher to use more of them."]
     return "\n".join(lines) + "\n"
+
+
+def explanations_text(counts: dict) -> str:
+    """What the target critiques say about incorrect steps: reference critiques, or a placeholder."""
+    reference, placeholder = counts["reference"], counts["placeholder"]
+    if not placeholder:
+        return (f"Every incorrect step ({reference}) is explained by a reference critique from the data."
+                if reference else "No incorrect steps, so no explanations.")
+    share = placeholder / (reference + placeholder)
+    return (f"**Placeholder explanations**: {placeholder} of {reference + placeholder} incorrect steps "
+            f"({share:.0%}) have no reference critique in the data, so their explanation in the target critique "
+            f"is the fixed placeholder \"{counts['placeholder_text']}\". A critic trained on this learns the "
+            "verdicts, not how to explain them; its explanations are not worth scoring.")
 
 
 def write_card(stats: dict, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(card_text(stats))
+
+
+def synth_card_text(stats: dict) -> str:
+    """The card of a synthetic chains folder (`stepcritic data synth`), from its stats.json."""
+    n_groups, multi = stats["groups"], stats.get("groups_with_several_chains", 0)
+    counts = [("chains", stats["chains"]), ("groups (image + question)", n_groups), ("steps", stats["steps"]),
+              ("incorrect steps", f"{stats['steps_incorrect']} ({stats['step_error_rate']:.1%})"),
+              ("fully correct chains", stats["chains_fully_correct"]), ("correct answers", stats["answers_correct"]),
+              ("irrelevant steps", stats["irrelevant"]), ("uninformative steps", stats["uninformative"]),
+              ("steps wrong because a premise is wrong", stats["propagated"])]
+    lines = [
+        "# StepCritic chains: synthetic", "",
+        "Canonical chains from `stepcritic data synth`: rendered shape scenes, one question per group, several "
+        "reasoning chains per question with injected step errors, every step labelled.",
+        "Load with `stepcritic.data_prep.schema.load_chains(<this folder>)`; the counts are in `stats.json`.", "",
+        f"Options: n {stats['n']}, seed {stats['seed']}, level `{stats['level']}`, image size {stats['image_size']} "
+        f"px, {stats['chains_per_question']} chains per question, error rate "
+        f"{'default' if stats.get('error_rate') is None else stats['error_rate']}.", "",
+        "## Counts", "",
+        *_table(("what", "count"), counts), "",
+        "## Groups", "",
+        f"{multi} of {n_groups} groups hold two chains or more. Of those, {stats.get('groups_identical_chains', 0)} "
+        f"hold chains with identical steps and answer, and {stats.get('groups_without_faulty_chain', 0)} hold no "
+        "faulty chain (outcome-rm pairs skip them, and ShiftCheck has no wrong option there).", "",
+        "## Question types", "",
+        *_table(("question", "chains"), sorted(stats["question_types"].items())), "",
+        "## Errors", "",
+        *_table(("error", "steps"), sorted({**{f"description/{k}": v for k, v in stats["description_errors"].items()},
+                                            **{f"logic/{k}": v for k, v in stats["logic_errors"].items()}}.items())),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_synth_card(stats: dict, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(synth_card_text(stats))

@@ -60,49 +60,50 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     return parser
 
 
+SYNTH_SUMMARY = ("chains", "groups", "steps", "steps_incorrect", "step_error_rate", "chains_fully_correct",
+                 "groups_identical_chains", "groups_without_faulty_chain")
+
+
 def _summary(stats: dict, keys: tuple[str, ...]) -> str:
     return ", ".join(f"{k}={stats[k]}" for k in keys if k in stats)
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run one data command. Bad input raises a `UserError`, which `stepcritic` prints as one line (exit 2)."""
     if args.data_command == "ingest":
-        from stepcritic.data_prep.ingest import IngestError, ingest
+        from stepcritic.data_prep.ingest import ingest
 
-        try:
-            stats = ingest(args.format, args.input, args.out, args.image_root, args.on_error,
-                           log=lambda m: print(m, file=sys.stderr))
-        except IngestError as e:
-            print(f"stepcritic data: error: {e}", file=sys.stderr)
-            return 2
+        stats = ingest(args.format, args.input, args.out, args.image_root, args.on_error,
+                       log=lambda m: print(m, file=sys.stderr))
         print(f"ingested {_summary(stats, ('n_records', 'n_chains', 'n_steps', 'n_rejected'))} -> {args.out}")
         if "chain_label_check" in stats:
             check = stats["chain_label_check"]
-            print(f"step-derived chain correctness vs {check['field']}: "
-                  f"{check['agree']} agree, {check['disagree']} disagree")
+            print(f"step-derived chain correctness vs {check['field']}: {check['agree']} agree, "
+                  f"{check['disagree']} disagree")
         return 0
     if args.data_command == "synth":
-        from stepcritic.data_prep.synth import synthesize_to_disk
+        from stepcritic.data_prep.synth import check_options, synthesize_to_disk
 
+        check_options(args.n, args.image_size, args.level)
         stats = synthesize_to_disk(args.n, args.seed, args.out, image_size=args.image_size, level=args.level)
-        print(f"synthesised {_summary(stats, ('chains', 'groups', 'steps', 'step_error_rate'))} -> {args.out}")
+        print(f"synthesised {_summary(stats, SYNTH_SUMMARY)} -> {args.out}")
         return 0
     if args.data_command == "build":
-        from stepcritic.data_prep.build import build_dataset
+        from stepcritic.data_prep.build import BuildError, build_dataset, check_options
         from stepcritic.data_prep.schema import load_chains
 
-        try:
-            chains = load_chains(args.chains)
-            mix = json.loads(args.pref_mix) if args.pref_mix else None
-        except (FileNotFoundError, json.JSONDecodeError, ValueError) as e:
-            print(f"stepcritic data: error: {e}", file=sys.stderr)
-            return 2
-        try:
-            stats = build_dataset(chains, args.kind, args.out, test_fraction=args.test_fraction, seed=args.seed,
-                                  template=args.template, pref_mix=mix)
-        except (ValueError, FileNotFoundError) as e:
-            print(f"stepcritic data: error: {e}", file=sys.stderr)
-            return 2
-        rows = stats.get("rows", stats)
-        print(f"built {args.kind}: {json.dumps(rows)} -> {args.out}")
+        if not 0 < args.test_fraction < 1:
+            raise BuildError(f"--test-fraction must be between 0 and 1 (the share of groups held out for the "
+                             f"'test' split), got {args.test_fraction}")
+        check_options(args.kind, args.test_fraction, args.template, args.pref_mix)  # before reading any chain
+        stats = build_dataset(load_chains(args.chains), args.kind, args.out, test_fraction=args.test_fraction,
+                              seed=args.seed, template=args.template, pref_mix=args.pref_mix)
+        print(f"built {args.kind}: {json.dumps(stats['rows'])} -> {args.out}")
+        if stats["chains_skipped"].get("over_mix_quota"):
+            print(f"note: {stats['chains_skipped']['over_mix_quota']} chains left out to keep the corruption mix "
+                  "(see the card)")
+        if stats.get("explanations", {}).get("placeholder"):
+            print(f"note: {stats['explanations']['placeholder']} incorrect steps have no reference critique; "
+                  "their target explanation is a placeholder (see the card)")
         return 0
     raise AssertionError(args.data_command)

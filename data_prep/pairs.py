@@ -10,25 +10,42 @@ and its label says exactly what changed:
 - wrong_explanation: verdicts stay right, but one incorrect step's explanation is replaced by one written
                      for a different question (drawn from `ExplanationPool`).
 - answer_flip:       the answer verdict is flipped.
-- false_alarm:       in a chain without errors, one correct step is flagged with a plausible explanation.
+- false_alarm:       in a chain without errors, one correct step is flagged with a plausible explanation: one
+                     written for another chain of the same question (same image and question), so its wording
+                     fits the scene; a generic sentence when no chain of the question has an explanation.
+
+The realised mix is the requested one: `plan_corruptions` gives each chain at most one corruption that applies
+to it, in the requested shares over as many chains as allow it; chains left over (when, say, most chains are
+fully correct and only answer_flip and false_alarm apply to them) are skipped and counted as over_mix_quota.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import itertools
 import json
 import random
+from collections import Counter
 from typing import Callable
 
 from stepcritic.data_prep import critique, schema
+from stepcritic.errors import UserError
 
 DEFAULT_PREF_MIX = {"miss_perception": 1.0, "reluctant": 1.0, "over_propagation": 1.0,
                     "wrong_explanation": 1.0, "answer_flip": 1.0, "false_alarm": 1.0}
 FALLBACK_FALSE_ALARM = "This step does not match what the image shows."
+# the skip reasons `plan_corruptions` gives in place of a corruption
+NO_CORRUPTION, OVER_QUOTA = "no_applicable_corruption", "over_mix_quota"
+
+
+class PrefMixError(UserError, ValueError):
+    """A `--pref-mix` the builder cannot use (not JSON, an unknown corruption, a negative weight)."""
 
 
 class ExplanationPool:
-    """Gold explanations of one split, so a swapped-in explanation always comes from another question."""
+    """Gold explanations of one split, by question: unrelated ones (another question) for `wrong_explanation`,
+    and the same question's for `false_alarm`."""
 
     def __init__(self, chains: list[dict]):
         self._groups_by_text: dict[str, set] = {}
@@ -37,10 +54,36 @@ class ExplanationPool:
                 for text in step.get("explanations") or []:
                     self._groups_by_text.setdefault(text, set()).add(chain["group_id"])
         self._texts = sorted(self._groups_by_text)
+        self._texts_by_group: dict[str, list[str]] = {}
+        for text in self._texts:
+            for group in self._groups_by_text[text]:
+                self._texts_by_group.setdefault(group, []).append(text)
+
+    def _is_unrelated(self, text: str, group_id: str, avoid: str) -> bool:
+        return text != avoid and group_id not in self._groups_by_text[text]
+
+    def has_unrelated(self, group_id: str, avoid: str) -> bool:
+        """Whether `unrelated(group_id, avoid, ...)` finds a text."""
+        others = len(self._texts) - len(self._texts_by_group.get(group_id, ()))
+        if others != 1:
+            return others > 1
+        return any(self._is_unrelated(t, group_id, avoid) for t in self._texts)
 
     def unrelated(self, group_id: str, avoid: str, rng: random.Random) -> str | None:
-        candidates = [t for t in self._texts if t != avoid and group_id not in self._groups_by_text[t]]
+        """An explanation written for another question (never `avoid`), or None when there is none."""
+        for _ in range(16):  # nearly every text qualifies: a few draws beat scanning all of them
+            if not self._texts:
+                return None
+            text = self._texts[rng.randrange(len(self._texts))]
+            if self._is_unrelated(text, group_id, avoid):
+                return text
+        candidates = [t for t in self._texts if self._is_unrelated(t, group_id, avoid)]
         return rng.choice(candidates) if candidates else None
+
+    def same_question(self, group_id: str, rng: random.Random) -> str | None:
+        """An explanation written for a chain of the same question (group), or None when it has none."""
+        texts = self._texts_by_group.get(group_id)
+        return rng.choice(texts) if texts else None
 
 
 def _indices(chain: dict, predicate) -> list[int]:
@@ -106,7 +149,7 @@ def _false_alarm(chain, gold, pool, rng) -> bool:
     if any(s["correct"] is not True for s in chain["steps"]):
         return False
     index = rng.randrange(len(chain["steps"]))
-    explanation = pool.unrelated(chain["group_id"], "", rng) or FALLBACK_FALSE_ALARM
+    explanation = pool.same_question(chain["group_id"], rng) or FALLBACK_FALSE_ALARM
     _call_incorrect(gold, index, explanation)
     return True
 
@@ -122,6 +165,25 @@ CORRUPTIONS: dict[str, Callable[..., bool]] = {
 }
 
 
+def _errors(chain: dict) -> list[int]:
+    return _indices(chain, lambda s: s["correct"] is False)
+
+
+# When each corruption applies (exactly when its function above returns True), without copying the critique.
+APPLIES: dict[str, Callable[[dict, dict, ExplanationPool], bool]] = {
+    "miss_perception": lambda chain, gold, pool: any(s["correct"] is False and schema.describes(s)
+                                                     for s in chain["steps"]),
+    "reluctant": lambda chain, gold, pool: any(s["correct"] is False and not schema.describes(s)
+                                               for s in chain["steps"]),
+    "over_propagation": lambda chain, gold, pool: bool(_errors(chain)) and any(
+        s["correct"] is True for s in chain["steps"][_errors(chain)[0] + 1:]),
+    "wrong_explanation": lambda chain, gold, pool: any(
+        pool.has_unrelated(chain["group_id"], gold["steps"][i]["explanation"]) for i in _errors(chain)),
+    "answer_flip": lambda chain, gold, pool: gold["answer_correct"] is not None,
+    "false_alarm": lambda chain, gold, pool: all(s["correct"] is True for s in chain["steps"]),
+}
+
+
 def parse_pref_mix(pref_mix: dict | str | None) -> dict[str, float]:
     """Normalise a corruption mix (dict or JSON text, name -> non-negative weight); None = all equal."""
     if pref_mix is None:
@@ -130,36 +192,149 @@ def parse_pref_mix(pref_mix: dict | str | None) -> dict[str, float]:
         try:
             pref_mix = json.loads(pref_mix)
         except json.JSONDecodeError as e:
-            raise ValueError(f"pref_mix is not valid JSON ({e})") from None
+            raise PrefMixError(f"pref_mix is not valid JSON ({e})") from None
     if not isinstance(pref_mix, dict):
-        raise ValueError(f"pref_mix must map corruption names to weights, got {type(pref_mix).__name__}")
+        raise PrefMixError(f"pref_mix must map corruption names to weights, got {type(pref_mix).__name__}")
     for name, weight in pref_mix.items():
         if name not in CORRUPTIONS:
-            raise ValueError(f"pref_mix: unknown corruption {name!r}; expected some of {list(CORRUPTIONS)}")
+            raise PrefMixError(f"pref_mix: unknown corruption {name!r}; expected some of {list(CORRUPTIONS)}")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-            raise ValueError(f"pref_mix: weight of {name!r} must be a non-negative number, got {weight!r}")
+            raise PrefMixError(f"pref_mix: weight of {name!r} must be a non-negative number, got {weight!r}")
     if not any(pref_mix.values()):
-        raise ValueError("pref_mix: at least one corruption needs a positive weight")
+        raise PrefMixError("pref_mix: at least one corruption needs a positive weight")
     return {name: float(w) for name, w in pref_mix.items()}
+
+
+def applicable(chain: dict, mix: dict[str, float], pool: ExplanationPool, gold: dict | None = None) -> list[str]:
+    """The corruptions with a positive weight that apply to `chain`, sorted by name."""
+    gold = critique.gold_critique(chain) if gold is None else gold
+    return sorted(name for name, w in mix.items() if w > 0 and APPLIES[name](chain, gold, pool))
+
+
+def apply_corruption(chain: dict, name: str, pool: ExplanationPool, rng: random.Random) -> dict:
+    """The gold critique of `chain` with corruption `name` (which must apply) made to it."""
+    gold = critique.gold_critique(chain)
+    rejected = copy.deepcopy(gold)
+    if not CORRUPTIONS[name](chain, rejected, pool, rng):
+        raise AssertionError(f"{chain['chain_id']}: corruption {name} does not apply")
+    assert rejected != gold, f"{chain['chain_id']}: corruption {name} left the critique unchanged"
+    return rejected
 
 
 def corrupt_critique(chain: dict, mix: dict[str, float], pool: ExplanationPool,
                      rng: random.Random) -> tuple[str, dict] | None:
-    """Draw a corruption that applies to this chain (by weight) and return (name, rejected critique).
+    """Draw one corruption that applies to this chain (by weight) and return (name, rejected critique).
 
-    Returns None when no corruption with a positive weight applies.
+    Returns None when no corruption with a positive weight applies. One chain on its own: `plan_corruptions`
+    draws for a whole split so that the realised mix matches the weights.
     """
-    gold = critique.gold_critique(chain)
-    remaining = {name: w for name, w in mix.items() if w > 0}
-    while remaining:
-        names = sorted(remaining)
-        name = rng.choices(names, weights=[remaining[n] for n in names])[0]
-        rejected = copy.deepcopy(gold)
-        if CORRUPTIONS[name](chain, rejected, pool, rng):
-            assert rejected != gold, f"{chain['chain_id']}: corruption {name} left the critique unchanged"
-            return name, rejected
-        del remaining[name]
-    return None
+    names = applicable(chain, mix, pool)
+    if not names:
+        return None
+    name = rng.choices(names, weights=[mix[n] for n in names])[0]
+    return name, apply_corruption(chain, name, pool, rng)
+
+
+def _max_flow_plan(options: Counter, quotas: dict[str, int]) -> dict[tuple, Counter] | None:
+    """How many chains of each option tuple take each corruption so that every quota is met exactly, or None.
+
+    A transportation problem on at most 2^6 option tuples and 6 corruptions: augmenting paths (Ford-Fulkerson)
+    on that small graph, never on the chains themselves.
+    """
+    options = dict(sorted(options.items()))  # the search order fixes the plan: never the chains' order
+    flow: dict[tuple, Counter] = {option: Counter() for option in options}
+    used = Counter()
+    while sum(used.values()) < sum(quotas.values()):
+        # breadth-first search from the corruptions still under quota back to an option tuple with spare chains
+        parents: dict = {}
+        frontier = [c for c in sorted(quotas) if used[c] < quotas[c]]
+        for c in frontier:
+            parents[("c", c)] = None
+        found = None
+        while frontier and found is None:
+            nxt = []
+            for c in frontier:
+                for option in options:
+                    if c not in option or ("o", option) in parents:
+                        continue
+                    parents[("o", option)] = ("c", c)
+                    if sum(flow[option].values()) < options[option]:
+                        found = option
+                        break
+                    for other, k in flow[option].items():  # reroute a chain of this option to `c`
+                        if k > 0 and ("c", other) not in parents:
+                            parents[("c", other)] = ("o", option)
+                            nxt.append(other)
+                if found is not None:
+                    break
+            frontier = nxt
+        if found is None:
+            return None
+        path = [("o", found)]
+        while parents[path[-1]] is not None:
+            path.append(parents[path[-1]])
+        # as many chains as the path carries: the found option's spare chains, the first corruption's missing
+        # pairs, and on each reroute the chains of that option that took the corruption being moved
+        delta = min(options[found] - sum(flow[found].values()), quotas[path[-1][1]] - used[path[-1][1]],
+                    *(flow[o][c] for (_, c), (_, o) in zip(path[1:-1:2], path[2::2])))
+        for (_, option), (_, c) in zip(path[0::2], path[1::2]):  # each option on the path takes its corruption
+            flow[option][c] += delta
+        for (_, c), (_, option) in zip(path[1:-1:2], path[2::2]):  # ... and gives up the one it passes on
+            flow[option][c] -= delta
+        used[path[-1][1]] += delta
+    return flow
+
+
+def mix_quotas(options: Counter, mix: dict[str, float]) -> dict[str, int]:
+    """Pairs per corruption: shares as in `mix`, over as many chains as the options allow (at most one each).
+
+    Corruptions that apply to no chain are left out. By Hall's condition, `total` pairs in `mix`'s shares fit
+    when every set S of corruptions gets no more than the chains that admit one of S; the quotas are the
+    largest such total split by largest remainders (lowered until the exact split fits).
+    """
+    names = sorted(n for n in mix if mix[n] > 0 and any(n in option for option in options))
+    if not names:
+        return {}
+    weight = sum(mix[n] for n in names)
+    best = sum(options.values())
+    for size in range(1, len(names) + 1):
+        for subset in itertools.combinations(names, size):
+            admitted = sum(k for option, k in options.items() if set(option) & set(subset))
+            best = min(best, admitted * weight / sum(mix[n] for n in subset))
+    for total in range(int(best + 1e-9), 0, -1):
+        exact = {n: mix[n] / weight * total for n in names}
+        quotas = {n: int(v) for n, v in exact.items()}
+        for n in sorted(names, key=lambda n: (quotas[n] - exact[n], n))[:total - sum(quotas.values())]:
+            quotas[n] += 1
+        if _max_flow_plan(options, quotas) is not None:
+            return quotas
+    return {}
+
+
+def plan_corruptions(chains: list[dict], mix: dict[str, float], pool: ExplanationPool,
+                     seed: int) -> dict[str, str]:
+    """chain_id -> the corruption its rejected critique gets, realising `mix` over `chains`, or a skip reason:
+    `NO_CORRUPTION` when nothing applies, `OVER_QUOTA` when the chain was left out so that the realised shares
+    match the requested ones (a corruption that applies to few chains limits how many pairs the others get).
+    Which chains take which corruption, and which are left out, follows a seeded order that does not depend on
+    the input order.
+    """
+    options = {c["chain_id"]: tuple(applicable(c, mix, pool)) for c in chains}
+    counts = Counter(o for o in options.values() if o)
+    quotas = mix_quotas(counts, mix)
+    flow = _max_flow_plan(counts, quotas) or {}
+    plan: dict[str, str] = {}
+    order = sorted(options, key=lambda cid: hashlib.sha1(f"{seed}:{cid}".encode()).hexdigest())
+    for chain_id in order:
+        option = options[chain_id]
+        left = flow.get(option, Counter()) if option else Counter()
+        name = next((n for n in sorted(left) if left[n] > 0), None)
+        if name is None:
+            plan[chain_id] = NO_CORRUPTION if not option else OVER_QUOTA
+            continue
+        left[name] -= 1
+        plan[chain_id] = name
+    return plan
 
 
 def outcome_pairs(chains: list[dict]) -> tuple[list[tuple[dict, dict]], set]:

@@ -24,6 +24,8 @@ CELL_NAMES = (
 # half-extent of a shape as a fraction of its cell; "small" must stay clearly visible at 64 px
 _HALF_EXTENT = {"big": 0.42, "small": 0.24}
 _GRID_LINE = (225, 225, 225)
+# below this a small shape is under 4 px across (a cross's arms under 1.5 px): shapes no longer tell apart
+MIN_IMAGE_SIZE = 24
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,28 @@ the question and the other steps) tells them apart.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from stepcritic.data_prep import schema
-from stepcritic.data_prep.render import CELL_NAMES, COLOURS, PLURALS, SHAPES, Item, place, random_pairs, render_png
+from stepcritic.data_prep.card import write_synth_card
+from stepcritic.data_prep.render import (
+    CELL_NAMES,
+    COLOURS,
+    MIN_IMAGE_SIZE,
+    PLURALS,
+    SHAPES,
+    Item,
+    place,
+    random_pairs,
+    render_png,
+)
+from stepcritic.errors import UserError
 
 MAX_STEPS = 5
 # Chance that a step gets a fault of its own, per template (description claims: a wrong value;
@@ -50,6 +64,10 @@ COUNTS = (1, 2, 3)  # every counted quantity is drawn uniformly from these, so a
 TOTAL_WEIGHTS = {2: 1, 3: 2, 4: 3, 5: 2, 6: 1}
 AXES = {"horizontal": ("to the left of", "to the right of"), "vertical": ("above", "below")}
 QUESTION_WEIGHTS = {"colour": 1, "count": 1, "existence": 1, "relation": 1, "size": 1, "sum": 1.5, "compare": 1.5}
+
+
+class SynthError(UserError, ValueError):
+    """Options the generator cannot use (no chains asked for, an image too small to draw the shapes)."""
 
 
 @dataclass(frozen=True)
@@ -607,6 +625,19 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
     }
 
 
+def check_options(n: int, image_size: int = 96, level: str = "standard", chains_per_question: int = 3) -> None:
+    """Raise `SynthError` (one line naming the option) for options `synthesize` cannot honour."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise SynthError(f"--n must be a positive number of chains, got {n!r}")
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < MIN_IMAGE_SIZE:
+        raise SynthError(f"--image-size must be at least {MIN_IMAGE_SIZE} px to draw the shapes apart, "
+                         f"got {image_size!r}")
+    if level not in LEVELS:
+        raise SynthError(f"unknown level {level!r}; choose one of {sorted(LEVELS)}")
+    if isinstance(chains_per_question, bool) or not isinstance(chains_per_question, int) or chains_per_question < 1:
+        raise SynthError(f"chains_per_question must be at least 1, got {chains_per_question!r}")
+
+
 def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question: int = 3,
                error_rate: float | None = None, level: str = "standard") -> list[dict]:
     """`n` validated chains (schema.validate_chain) over rendered scenes; same arguments, same output.
@@ -618,10 +649,7 @@ def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question:
     smaller `n` gives a prefix of a larger one. `level` picks the scenes' clutter and the question mix
     (`LEVELS`: "standard", the default dataset, or "easy").
     """
-    if n < 0 or chains_per_question < 1:
-        raise ValueError("n must be >= 0 and chains_per_question >= 1")
-    if level not in LEVELS:
-        raise ValueError(f"unknown level {level!r}; choose one of {sorted(LEVELS)}")
+    check_options(n, image_size, level, chains_per_question)
     scale = 1.0 if error_rate is None else error_rate / NOMINAL_FAULT_RATE
     chains: list[dict] = []
     for group in range(math.ceil(n / chains_per_question)):
@@ -663,12 +691,39 @@ def label_stats(chains: list[dict]) -> dict:
         "uninformative": sum(s["informative"] is False for s in steps),
         "propagated": sum(f == "propagated" for m in metas for f in m["step_faults"]),
         "chains_independent_after_error": sum(m["independent_after_error"] for m in metas),
+        **group_stats(chains),
     }
 
 
-def synthesize_to_disk(n: int, seed: int, out_dir: str, **kwargs) -> dict:
-    """Generate, validate and save `n` chains with `schema.save_chains`; returns `label_stats`."""
-    chains = synthesize(n, seed=seed, **kwargs)
-    schema.save_chains(chains, out_dir)
-    return {"out_dir": out_dir, "seed": seed, **label_stats(chains)}
+def group_stats(chains: list[dict]) -> dict:
+    """How many groups (of two or more chains) can teach nothing by contrast: every chain the same steps and
+    answer, or no faulty chain at all (outcome-rm skips those; ShiftCheck has no wrong option)."""
+    groups: dict[str, list[dict]] = {}
+    for c in chains:
+        groups.setdefault(c["group_id"], []).append(c)
+    multi = [g for g in groups.values() if len(g) > 1]
+    return {
+        "groups_with_several_chains": len(multi),
+        "groups_identical_chains": sum(len({(tuple(s["text"] for s in c["steps"]), c["final_answer"]) for c in g}) == 1
+                                       for g in multi),
+        "groups_without_faulty_chain": sum(all(c["chain_correct"] for c in g) for g in multi),
+    }
 
+
+STATS_FILE = "stats.json"  # the name ingest uses too
+
+
+def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, chains_per_question: int = 3,
+                       error_rate: float | None = None, level: str = "standard") -> dict:
+    """Generate, validate and save `n` chains with `schema.save_chains`, with `stats.json` (`label_stats` and
+    the options) and a dataset card (README.md) next to them; returns the stats plus `out_dir`."""
+    chains = synthesize(n, seed=seed, image_size=image_size, chains_per_question=chains_per_question,
+                        error_rate=error_rate, level=level)
+    schema.save_chains(chains, out_dir)
+    stats = {"generator": "stepcritic.data_prep.synth", "n": n, "seed": seed, "image_size": image_size,
+             "chains_per_question": chains_per_question, "error_rate": error_rate, "level": level,
+             **label_stats(chains)}
+    with open(os.path.join(out_dir, STATS_FILE), "w") as f:
+        json.dump(stats, f, indent=2, sort_keys=True)
+    write_synth_card(stats, os.path.join(out_dir, "README.md"))
+    return {"out_dir": out_dir, **stats}
