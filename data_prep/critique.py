@@ -50,17 +50,39 @@ class ParsedCritique:
     extra: dict = field(default_factory=dict)
 
 
+# Qualifiers that turn a "correct"-style word into a verdict: "not correct" and MiCEval's "Partially Correct"
+# are negatives (a partially correct step is not a correct step, MiCEval Sec. 2.3.1); "fully correct" is positive.
+NEGATIONS = ("not", "isn't", "is not", "never", "hardly", "no longer")
+PARTIAL_WORDS = ("partially", "partly", "partial", "somewhat", "mostly", "half")
+FULL_WORDS = ("fully", "completely", "entirely", "totally", "100%")
+
+
 def to_bool(value) -> bool | None:
+    """A verdict from a JSON value or a short phrase: True (correct), False (incorrect), None (unreadable).
+
+    Negated and partial wordings of a positive word are negative ("not correct", "Partially Correct",
+    "not fully correct"); "not incorrect" is positive. Anything else outside the word lists is None.
+    """
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str):
-        v = value.strip().strip(".!\"'").lower()
-        if v in TRUE_WORDS:
-            return True
-        if v in FALSE_WORDS:
-            return False
+    if not isinstance(value, str):
+        return None
+    v = re.sub(r"[\s_]+", " ", value.strip().strip(".!\"'*`").lower()).strip()
+    if v in TRUE_WORDS:
+        return True
+    if v in FALSE_WORDS:
+        return False
+    for words, flip in ((NEGATIONS, True), (PARTIAL_WORDS, None), (FULL_WORDS, False)):
+        for word in words:
+            if v.startswith(word + " "):
+                inner = to_bool(v[len(word) + 1:])
+                if inner is None:
+                    return None
+                if flip is None:  # "partially correct" is not correct; "partially incorrect" is not correct either
+                    return False
+                return (not inner) if flip else inner
     return None
 
 
@@ -149,34 +171,134 @@ def parse_score(text: str | None, scale: float = SCORE_SCALE) -> float | None:
     return value / scale if 0 <= value <= scale else None
 
 
+# Phrases that state the final choice; the last one in the reply wins (CMMU reads the answer a model
+# concludes with, so "Answer B has a mistake ... So the best is C" is C).
+_CONCLUSION = [
+    r"(?:final\s+answer|answer|choice|option|pick|verdict)\s*(?:is\s*:?|:|-|=)\s*\**\s*\(?([A-Za-z])\b(?!\s+[a-z])",
+    r"\b(?:best|correct|right)\s+(?:one\s+|answer\s+|option\s+|chain\s+)?(?:is|would\s+be|:)\s*\**\s*"
+    r"\(?(?:answer\s+|option\s+)?([A-Za-z])\b(?!\s+[a-z])",
+    r"\b(?:I\s+(?:choose|pick|select)|choose|pick|select|go\s+with)\s+\(?(?:answer\s+|option\s+)?([A-Za-z])\b"
+    r"(?!\s+[a-z])",
+    r"\b(?:answer\s+|option\s+)?\(?([A-Z])\)?\s+is\s+(?:the\s+)?(?:best|correct|right|most\s+\w+)",
+]
+
+
+def _standalone_letters(line: str) -> list[str]:
+    """Option letters named in a line: "(b)", "Answer: c", or a standalone capital that is not the article
+    in "A careful look shows C"."""
+    named = [(m.start(), m.group(1).upper()) for pattern in (r"(?i)\banswer\s*[:\-]?\s*\(?([a-z])\b(?!\s+[a-z])",
+                                                            r"\(([A-Za-z])\)")
+             for m in re.finditer(pattern, line)]
+    named += [(m.start(), m.group(1)) for m in re.finditer(r"\b([A-Z])\b", line)
+              if not (m.group(1) == "A" and re.match(r"\s+[a-z]", line[m.end():]))]
+    return [letter for _, letter in sorted(named)]
+
+
 def parse_letter(text: str | None, n_options: int) -> int | None:
-    """Index of the option letter the reply names ("B", "Answer: b", "(c)", "**C**.", "D is best"), or None."""
+    """Index of the option letter the reply concludes with, or None.
+
+    A bare letter ("B", "(c)", "**C**."); else the last concluding phrase ("the best is C", "Answer: D",
+    "I choose B", "D is best"); else the first letter named on the last line that names one (CMMU takes
+    the final answer, not the first letter mentioned: "Answer B has a mistake ... So the best is C" is C).
+    """
     letters = string.ascii_uppercase[:n_options]
     cleaned = (text or "").strip()
     bare = cleaned.strip(" .:()[]*`'\"").upper()
     if len(bare) == 1:
         return letters.index(bare) if bare in letters else None
-    named = [m.group(1).upper() for pattern in (r"(?i)\banswer\s*[:\-]?\s*\(?([a-z])\b", r"\(([A-Za-z])\)")
-             for m in re.finditer(pattern, cleaned)]
-    # then any standalone capital, except the article in "A careful look shows C"
-    named += [m.group(1) for m in re.finditer(r"\b([A-Z])\b", cleaned)
-              if not (m.group(1) == "A" and re.match(r"\s+[a-z]", cleaned[m.end():]))]
-    return next((letters.index(letter) for letter in named if letter in letters), None)
+    concluded = sorted((m.start(1), m.group(1).upper()) for pattern in _CONCLUSION
+                       for m in re.finditer(pattern, cleaned, re.I if pattern is not _CONCLUSION[-1] else 0))
+    concluded = [letter for _, letter in concluded if letter in letters]
+    if concluded:
+        return letters.index(concluded[-1])
+    for line in reversed(cleaned.splitlines()):
+        named = [letter for letter in _standalone_letters(line) if letter in letters]
+        if named:
+            return letters.index(named[0])
+    return None
 
 
-def parse_label(text: str | None, labels: tuple) -> str | None:
-    """The label the reply names: the earliest mention of an allowed label (any case, `_`/`-`/space alike),
-    or for two-label tasks a yes/no-style first word (yes/true/correct -> first label)."""
+# MiCEval's own wordings of the verifier labels (`prompts.VERIFIER_TASKS`), from its prompt templates
+# (App. C.2): "Fully Correct", "Partially Correct", "Image Relevant", "Entity False", "Inter-step Incorrect",
+# and Yes/No for the MCoT correctness task. A label's own name is always a wording too. Lower case; "_"
+# and "-" read as spaces.
+MICEVAL_WORDINGS: dict[str, tuple[str, ...]] = {
+    "correct": ("fully correct", "yes"),
+    "incorrect": ("no",),
+    "partial": ("partially correct",),
+    "image": ("image relevant",),
+    "logic": ("logic relevant",),
+    "entity": ("entity false",),
+    "attribute": ("attribute false",),
+    "spatial": ("spatial relationship false",),
+    "non_spatial": ("non spatial relationship false",),
+    "inter": ("inter step incorrect",),
+    "intra": ("intra step incorrect",),
+}
+# What common models write besides those (read in lenient mode only).
+LABEL_ALIASES: dict[str, tuple[str, ...]] = {
+    "correct": ("completely correct", "entirely correct"),
+    "partial": ("partly correct", "partially", "partly"),
+    "unsupported": ("not supported",),
+    "uninformative": ("non informative", "noninformative"),
+    "non_spatial": ("nonspatial",),
+    "inter": ("inter step",),
+    "intra": ("intra step",),
+}
+# A negation right before a label word names the label's opposite when the task has it ("Not informative"
+# -> uninformative); a negated label without an opposite in the task is no answer.
+OPPOSITE = {"correct": "incorrect", "incorrect": "correct", "relevant": "irrelevant", "irrelevant": "relevant",
+            "informative": "uninformative", "uninformative": "informative"}
+_NEGATED = re.compile(r"(?:\bnot|n't|\bnever|\bhardly|\bno longer)\s+(?:\w+\s+)?$")
+_STRICT_PREFIX = re.compile(r"^(?:output|answer|label|verdict|prediction|final answer)\s*:\s*")
+_STRIP = " .!*`'\"()[]{}"
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"[\s_\-]+", " ", text.lower())
+
+
+def _wordings(label: str, labels: tuple, strict: bool) -> set[str]:
+    phrases = {label.replace("_", " "), *MICEVAL_WORDINGS.get(label, ())}
+    if not strict:
+        phrases |= set(LABEL_ALIASES.get(label, ()))
+        phrases -= {"yes", "no"}  # in running text these are read only as the first word (below)
+    return phrases
+
+
+def parse_label(text: str | None, labels: tuple, strict: bool = False) -> str | None:
+    """The label a verifier reply names, or None (an invalid output).
+
+    Lenient (default): the earliest phrase naming an allowed label, in its own words, MiCEval's
+    ("Partially Correct" -> partial, never correct; "Fully Correct" -> correct; "Image Relevant" -> image)
+    or a common variant; the longest phrase wins where phrases overlap. Negations are read as negations:
+    "Not informative" -> uninformative, "not correct" -> incorrect, "not relevant" -> irrelevant, and a
+    negated label whose opposite the task lacks is skipped. Failing all that, a two-label task takes a
+    yes/no-style first word (yes/true/correct -> the first label).
+    Strict (MiCEval App. C.1: predictions that do not match the defined labels are invalid): the whole
+    reply, less surrounding punctuation, markdown and an "Output:"/"Answer:" prefix, must be one label in
+    its own or MiCEval's wording; anything else is None.
+    """
     text = (text or "").strip()
-    found = []
-    for label in labels:
-        pattern = r"(?<![a-z_])" + r"[_\s-]?".join(map(re.escape, label.split("_"))) + r"(?![a-z_])"
-        match = re.search(pattern, text, re.I)
-        if match:
-            found.append((match.start(), label))
-    if found:
-        return min(found)[1]
-    if len(labels) == 2 and text:
+    if not text:
+        return None
+    norm = _normalise(text)
+    wordings = {label: _wordings(label, labels, strict) for label in labels}
+    if strict:
+        bare = _STRICT_PREFIX.sub("", norm.strip(_STRIP)).strip(_STRIP)
+        found = {label for label, phrases in wordings.items() if bare in phrases}
+        return found.pop() if len(found) == 1 else None
+    alternatives = sorted(((phrase, label) for label, phrases in wordings.items() for phrase in phrases),
+                          key=lambda pair: len(pair[0]), reverse=True)
+    pattern = re.compile("|".join(f"(?<![a-z0-9])({re.escape(phrase)})(?![a-z0-9])" for phrase, _ in alternatives))
+    for match in pattern.finditer(norm):
+        label = alternatives[match.lastindex - 1][1]
+        if _NEGATED.search(norm[:match.start()]):
+            label = OPPOSITE.get(label)
+            if label not in labels:
+                continue
+        return label
+    if len(labels) == 2:
         verdict = to_bool(re.split(r"[\s,.;:]", text, maxsplit=1)[0])
         if verdict is not None:
             return labels[0] if verdict else labels[1]

@@ -8,7 +8,9 @@ question. Modes:
 - `critique` (default): the step-by-step JSON critique of `data_prep.prompts.critique_messages`.
 - `verifier`: MiCEval's single-label tasks (`task=...`), one prompt per step the task applies to.
   Label tasks with a right/wrong reading (correctness, relevance, informativeness) also give verdicts;
-  the labels themselves are kept in `Critique.extra["labels"]`.
+  the labels themselves are kept in `Critique.extra["labels"]`, with the number of replies and of
+  unreadable ones (`n_outputs`, `n_invalid`: MiCEval's invalid rate is per output). `strict=true` reads
+  labels as MiCEval does: a reply that is not exactly one label is invalid (`critique.parse_label`).
 - `score`: one 0-10 rating of the whole chain, stored as `chain_score` in [0, 1]; no step verdicts.
 """
 
@@ -88,11 +90,12 @@ class GenerativeJudge(Judge):
     """Base of the text-generating judges. Subclasses implement `generate` (and may add options)."""
 
     OPTIONS = {"mode": str, "strategy": str, "task": str, "template": str, "max_tokens": int,
-               "temperature": float, "batch_size": int, "max_questions": int}
+               "temperature": float, "batch_size": int, "max_questions": int, "strict": bool}
 
     def __init__(self, spec: str, target: str | None = None, mode: str = "critique", strategy: str = "direct",
                  task: str = "logic_correctness", template: str | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0, batch_size: int = 8, max_questions: int = 3, **options):
+                 temperature: float = 0.0, batch_size: int = 8, max_questions: int = 3, strict: bool = False,
+                 **options):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODES)}")
         if strategy not in STRATEGIES:
@@ -104,9 +107,12 @@ class GenerativeJudge(Judge):
 
             if task not in VERIFIER_TASKS:
                 raise ValueError(f"unknown verifier task {task!r}; expected one of {list(VERIFIER_TASKS)}")
+        if strict:  # only when set, so the fingerprints (cache keys) of lenient judges stay as they were
+            options["strict"] = True
         super().__init__(spec, target=target, mode=mode, strategy=strategy, task=task, template=template,
                          max_tokens=max_tokens, temperature=temperature, batch_size=batch_size,
                          max_questions=max_questions, **options)
+        self.strict = strict
         self.target, self.mode, self.strategy, self.task = target, mode, strategy, task
         self.template, self.max_tokens, self.temperature = template, max_tokens, temperature
         self.batch_size, self.max_questions = batch_size, max_questions
@@ -179,14 +185,14 @@ class GenerativeJudge(Judge):
         score = None if reply.error else parse_score(reply.text)
         error = reply.error or (None if score is not None else f"no score between 0 and {SCORE_SCALE:g} found")
         return Critique(chain["chain_id"], [None] * len(chain["steps"]), chain_score=score, raw=reply.text,
-                        valid=score is not None, error=error)
+                        valid=score is not None, error=error, extra={"scope": "chain"})
 
     def _read_verifier(self, chain: dict, replies: list[Reply]) -> Critique:
         from stepcritic.data_prep.prompts import VERIFIER_TASKS
 
         labels_allowed, good = VERIFIER_TASKS[self.task], VERDICT_LABELS.get(self.task)
         asked = self.verifier_steps(chain)
-        got = [None if r.error else parse_label(r.text, labels_allowed) for r in replies]
+        got = [None if r.error else parse_label(r.text, labels_allowed, strict=self.strict) for r in replies]
         n_invalid = sum(label is None for label in got)
         verdicts, step_labels, chain_score = [None] * len(chain["steps"]), [None] * len(chain["steps"]), None
         for step_index, label in zip(asked, got):
@@ -200,7 +206,9 @@ class GenerativeJudge(Judge):
                         raw=json.dumps([r.text for r in replies], ensure_ascii=False), valid=n_invalid == 0,
                         error=errors[0] if errors
                         else (f"{n_invalid} of {len(got)} labels unreadable" if n_invalid else None),
-                        extra={"task": self.task, "labels": step_labels if asked != [None] else got})
+                        extra={"task": self.task, "labels": step_labels if asked != [None] else got,
+                               "n_outputs": len(got), "n_invalid": n_invalid,
+                               **({"scope": "chain"} if asked == [None] else {})})
 
     def pick_best(self, chains: list[dict]) -> int | None:
         """Listwise choice: show all chains, lettered, and ask which one is best (None if unreadable)."""
