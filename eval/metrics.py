@@ -49,7 +49,9 @@ def step_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
     Flatten the steps of all chains into `gold` and `pred`. Steps with gold None are skipped. A predicted
     None (the critic's output did not give a verdict) counts as "not flagged": it can only lower recall,
     never precision, so an unparseable critic is not rewarded. Returns precision, recall, f1, tp, fp, fn,
-    n (scored steps) and n_unparsed; the scores are None when no step is scored.
+    n (scored steps) and n_unparsed. The scores are None when no step is scored; recall and F1 are None
+    when no scored step is incorrect (VISCO Sec. 3.1.1 scores how well errors are found: without an
+    error there is nothing to find, and 0 would read as a failure).
     """
     from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 
@@ -59,7 +61,10 @@ def step_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
     precision, recall, f1, _ = precision_recall_fscore_support(
         y_true, y_pred, average="binary", pos_label=True, zero_division=0)
     _, fp, fn, tp = confusion_matrix(y_true, y_pred, labels=[False, True]).ravel()
-    return {"precision": float(precision), "recall": float(recall), "f1": float(f1),
+    if not any(y_true):
+        recall = f1 = None
+    return {"precision": float(precision), "recall": None if recall is None else float(recall),
+            "f1": None if f1 is None else float(f1),
             "tp": int(tp), "fp": int(fp), "fn": int(fn), "n": len(y_true), "n_unparsed": n_unparsed}
 
 
@@ -75,6 +80,8 @@ def explanation_match_f1(gold: list[bool | None], pred: list[bool | None], match
     steps flagged incorrect that are incorrect). A step that is incorrect but has no reference (match
     None) cannot be judged and is left out entirely (`n_unreferenced`). True positives are fractional:
     tp = sum of match over correctly flagged steps; precision = tp / flagged, recall = tp / incorrect.
+    VISCO Sec. 3.1.1. All three scores are None when no incorrect step has a reference (data without
+    reference critiques, such as MiCEval: F1_e cannot be computed there, which is not a score of 0).
     """
     if not len(gold) == len(pred) == len(match):
         raise ValueError("gold, pred and match must have one entry per step")
@@ -94,7 +101,7 @@ def explanation_match_f1(gold: list[bool | None], pred: list[bool | None], match
     precision = tp / n_flagged if n_flagged else 0.0
     recall = tp / n_incorrect if n_incorrect else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    scored = n > 0
+    scored = n_incorrect > 0
     return {"precision": precision if scored else None, "recall": recall if scored else None,
             "f1": f1 if scored else None, "tp": tp, "fp": n_flagged - tp, "fn": n_incorrect - tp,
             "n": n, "n_unreferenced": n_unreferenced}
@@ -182,7 +189,10 @@ def somers_d(human: list[float | None], judge: list[float | None]) -> dict:
 
     Asymmetric: human scores are the independent variable, so pairs tied on the human score do not
     count. With binary human labels this equals 2 * AUC - 1 of the judge's scores. Pairs where either
-    side is None are skipped. Returns d, pvalue, n (d None when fewer than two pairs or a constant input).
+    side is None are skipped. Returns d, pvalue, n: d is None when fewer than two pairs or constant human
+    scores; a constant judge (scores, but all equal) has D = 0, no association, which is defined.
+    MiCEval computes it per step (split into description and reasoning steps, App. D.3) and per MCoT
+    against its human good/bad label.
     """
     from scipy.stats import kendalltau
 
@@ -258,43 +268,45 @@ def miceval_chain_score(steps: list[dict], mode: str = "type") -> float | None:
 def choice_ranking_accuracy(records: list[dict]) -> dict:
     """MiCEval's choice ranking (App. D.1): does the judge's top-scored chain come out fully correct?
 
-    records: {group_id, chain_id, chain_correct, score}. Chains with chain_correct None are dropped; a
-    group counts when it still has at least one fully correct and one incorrect chain. Tie rule: if
-    several chains share the top score the group is a hit only when ALL of them are correct (a judge
-    gets no credit for indecision). A None score ranks below every number; a group with no scores at
-    all is a miss. Returns accuracy, n_groups, n_chains (in counted groups), n_ties (groups with a tie).
+    records: {group_id, chain_id, chain_correct, score}. Chains with chain_correct None are dropped
+    (an unknown chain is neither a right nor a wrong option); a group counts when it still has at least
+    one fully correct and one incorrect chain. Ties: when several chains share the top score the judge
+    picks one of them at random, so the group scores the expected hit, the share of correct chains among
+    the tied ones (a constant judge scores chance, not 0). A None score ranks below every number; a group
+    whose chains all lack a score is one big tie. Returns accuracy (None when no group counts or the
+    judge scored no chain at all), n_groups, n_chains (in counted groups), n_ties (groups with a tie).
     """
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         if r["chain_correct"] is not None:
             groups[r["group_id"]].append(r)
-    hits = n_groups = n_chains = n_ties = 0
+    hits = 0.0
+    n_groups = n_chains = n_ties = 0
     for chains in groups.values():
         if len({c["chain_correct"] for c in chains}) < 2:
             continue
         n_groups += 1
         n_chains += len(chains)
         scores = [c["score"] for c in chains if c["score"] is not None]
-        if not scores:
-            continue
-        top = [c for c in chains if c["score"] == max(scores)]
+        top = [c for c in chains if c["score"] == max(scores)] if scores else chains
         n_ties += len(top) > 1
-        hits += all(c["chain_correct"] for c in top)
-    return {"accuracy": hits / n_groups if n_groups else None,
+        hits += sum(bool(c["chain_correct"]) for c in top) / len(top)
+    scored = any(r["score"] is not None for r in records)
+    return {"accuracy": hits / n_groups if n_groups and scored else None,
             "n_groups": n_groups, "n_chains": n_chains, "n_ties": n_ties}
 
 
 # ----------------------------------------------------------------------------- RPTS: tree-weighted scores
 
-def step_heights(premises: list[list[int]]) -> list[int]:
-    """Height of each step in its reasoning tree: 1 + the largest height among its premises.
+def step_heights(premises: list[list[int] | None]) -> list[int] | None:
+    """Height of each step in its reasoning tree (RPTS Sec. 3): 1 + the largest height among its premises.
 
-    `premises[i]` lists the (0-based, earlier) steps that step i builds on. A step without premises
-    rests on the given clues (height 0), so it has height 1. When no step has any premise link the
-    chain carries no tree, and it is read as linear: step k rests on step k-1 (heights 1, 2, 3, ...).
+    `premises[i]` lists the (0-based, earlier) steps that step i builds on. An empty list means the step
+    rests only on the given clues (the image, height 0), so it has height 1. None means the step's
+    premises were not annotated: the tree is unknown and so are the heights (None); no tree is made up.
     """
-    if not any(premises):
-        return list(range(1, len(premises) + 1))
+    if any(parents is None for parents in premises):
+        return None
     heights: list[int] = []
     for i, parents in enumerate(premises):
         if any(not 0 <= p < i for p in parents):
@@ -321,7 +333,8 @@ def rpts(heights: list[int], scores: list[float | None], lam: float, h_focus: fl
 
 def rpts_chain(premises: list[list[int]], scores: list[float | None], lam: float = DEFAULT_RPTS_LAMBDA,
                h_focus: float | None = None) -> float | None:
-    """RPTS of one chain from its premise links; the focus defaults to the final (conclusion) step's height."""
+    """RPTS of one chain from its premise links; the focus defaults to the final (conclusion) step's height.
+    None when the premises are not annotated (`step_heights`) or no step is scored."""
     heights = step_heights(premises)
     return rpts(heights, scores, lam, heights[-1] if h_focus is None else h_focus) if heights else None
 
@@ -435,7 +448,8 @@ _REGISTRY = [
     MetricInfo("miceval_chain_score", miceval_chain_score, True, "geometric mean over the steps of one chain",
                "MiCEval MCoT correctness from per-aspect step scores"),
     MetricInfo("choice_ranking_accuracy", choice_ranking_accuracy, True, "mean over groups with mixed chains",
-               "share of groups whose top-scored chain is fully correct (ties must all be correct)", "accuracy"),
+               "share of groups whose top-scored chain is fully correct (a tie scores its share of correct chains)",
+               "accuracy"),
     MetricInfo("circular_accuracy", shiftcheck, True, "mean over complete shift groups",
                "CMMU ShiftCheck: right under every circular shift of the options", "circular_accuracy"),
     MetricInfo("consistency", shiftcheck, True, "mean over complete shift groups",

@@ -38,6 +38,8 @@ DIAGNOSTIC_COLUMNS = [
     ("Propagation bias", "critique", ("error_propagation", "propagation_bias"), None, 1),
     ("Spearman step", "critique", ("correlation", "step", "rho"), "spearman", 100),
     ("Spearman chain", "critique", ("correlation", "chain", "rho"), "spearman", 100),
+    ("Somers' D desc. steps", "critique", ("correlation", "step_description", "d"), "somers_d", 100),
+    ("Somers' D reas. steps", "critique", ("correlation", "step_reasoning", "d"), "somers_d", 100),
     ("Somers' D RPTS chain", "critique", ("correlation", "chain_rpts", "d"), "somers_d", 100),
     ("Brier", "critique", ("calibration", "brier"), None, 1),
 ]
@@ -92,15 +94,17 @@ def render(metrics: dict) -> str:
         f"{metrics['n_chains']} chains, {metrics['n_steps']} steps; tasks: {', '.join(tasks)}.", "",
         "Scores x100 (BiasRate: CMMU's variance of 0-100 position percentages over failed 4-option groups, "
         "lower is better). Step/answer/explanation F1 take an incorrect step as the positive class (VISCO); "
-        f"explanation F1 uses the `{matcher}` matcher. Somers' D compares judge scores with human scores "
-        "(MiCEval). Best value per column in bold.", "",
+        f"explanation F1 uses the `{matcher}` matcher. Somers' D compares judge step scores with human step "
+        "scores and judge chain scores with the chain's human good/bad label (MiCEval). \"–\": the metric "
+        "cannot be computed for that judge or data (no step verdicts, no reference critiques...). Best "
+        "value per column in bold.", "",
         "## Leaderboard", "", leaderboard(overall, tasks, matcher), "",
     ]
     choice = next((r["overall"].get("choice") for r in metrics["judges"].values()), None)
     if choice:
         parts += [f"Choice ranking: {choice['n_groups']} groups, {choice['n_chains']} chains with mixed "
-                  "correctness. Judges without a chain score are ranked by the fraction of steps judged "
-                  "correct.", ""]
+                  "correctness (unknown ones left out). Judges without a chain score are ranked by the fraction of "
+                  "steps judged correct; a tie for the top scores its share of correct chains.", ""]
     if "shiftcheck" in tasks:
         parts += ["ShiftCheck (every circular shift of up to 4 chains per group must pick the one fully "
                   "correct chain):", *_shiftcheck_notes(metrics), ""]

@@ -7,8 +7,13 @@ differently from `metrics.json` alone.
 Judge scores used for correlations and ranking:
 - step score: 1 - p_incorrect when the judge gives a probability, else its verdict (1 correct, 0 not).
 - chain score: the judge's `chain_score`; a judge without one is scored by the fraction of steps it
-  judged correct (an unparsed verdict counts as not correct). The human chain score is the mean of the
-  chain's step human scores (MiCEval's 1 / 0.5 / 0 mapping).
+  judged correct (an unparsed verdict counts as not correct), and a judge with neither has none (None).
+- human scores (MiCEval Sec. 6.2, App. D): a step's `human_score` (1 / 0.5 / 0); a chain's good/bad
+  MCoT label (`chain_correct`: 1 / 0), not a mean of step scores.
+
+What a judge cannot produce is None ("–" in the report), never 0: step P/R/F1 for a judge that gives no
+step verdict at all (a reward model), answer F1 for one that gives no answer verdict, explanation F1 for
+one that writes no explanations or on data without reference critiques (and VISCore with it).
 """
 
 from __future__ import annotations
@@ -29,15 +34,44 @@ def step_scores(pred: dict) -> list[float | None]:
             for v, p in zip(pred["verdicts"], p_incorrect)]
 
 
-def chain_score(pred: dict) -> float:
+def chain_score(pred: dict) -> float | None:
     if pred.get("chain_score") is not None:
         return pred["chain_score"]
+    if all(v is None for v in pred["verdicts"]) and pred.get("valid", True):
+        return None  # a judge that gives neither a chain score nor step verdicts cannot rank chains
     return sum(v is True for v in pred["verdicts"]) / len(pred["verdicts"])
 
 
 def human_chain_score(chain: dict) -> float | None:
+    """MiCEval's human label of a whole MCoT (good 1 / bad 0, Sec. 2.3.3 and App. D.1), None if unknown."""
+    label = chain.get("chain_correct")
+    return None if label is None else float(label)
+
+
+def human_step_mean(chain: dict) -> float | None:
     scores = [s["human_score"] for s in chain["steps"] if s["human_score"] is not None]
     return statistics.fmean(scores) if scores else None
+
+
+def output_counts(pred: dict) -> tuple[int, int]:
+    """(outputs, invalid outputs) behind one prediction: a verifier judge asks once per step, so one
+    unreadable reply of four is 1 invalid output of 4 (MiCEval's invalid rate is per output, Sec. 6.1)."""
+    extra = pred.get("extra") or {}
+    if extra.get("n_outputs") is not None:
+        return extra["n_outputs"], extra.get("n_invalid", 0)
+    return 1, int(not pred["valid"])
+
+
+def gives(preds: list[dict], field: str) -> bool:
+    """Whether a judge produces `field` at all: some value given, or some output it failed to read that
+    was meant to give it (not the unreadable reply of a judge that only scores whole chains)."""
+    values = [v for p in preds for v in (p[field] if isinstance(p[field], list) else [p[field]])]
+    return any(v is not None for v in values) or any(
+        not p["valid"] and (p.get("extra") or {}).get("scope") != "chain" for p in preds)
+
+
+def _undefined(result: dict) -> dict:
+    return result | {k: None for k in ("precision", "recall", "f1")}
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -58,35 +92,52 @@ def _calibration(gold_flags: list[bool], p_incorrect: list[float]) -> dict | Non
             "brier": float(brier_score_loss(gold_flags, p_incorrect)), "n": len(gold_flags)}
 
 
+def _step_correlations(gold: list[dict], judge_steps: list[list], keep=lambda step: True) -> dict:
+    human = [s["human_score"] if keep(s) else None for c in gold for s in c["steps"]]
+    return _correlations(human, [x for scores in judge_steps for x in scores])
+
+
 def critique_metrics(gold: list[dict], preds: list[dict], matcher) -> dict:
+    from stepcritic.data_prep.schema import describes, reasons
+
     gold_steps = [s["correct"] for c in gold for s in c["steps"]]
     pred_steps = [v for p in preds for v in p["verdicts"]]
     step = M.step_f1(gold_steps, pred_steps)
+    if not gives(preds, "verdicts"):
+        step = _undefined(step)
     answer = M.answer_f1([c["answer_correct"] for c in gold], [p["answer_correct"] for p in preds])
+    if not gives(preds, "answer_correct"):
+        answer = _undefined(answer)
     items = [{"gold": s["correct"], "pred": v, "references": s["explanations"],
               "explanation": (p.get("explanations") or [None] * len(p["verdicts"]))[i]}
              for c, p in zip(gold, preds) for i, (s, v) in enumerate(zip(c["steps"], p["verdicts"]))]
     explanation = M.explanation_f1(items, matcher)
-    n_invalid = sum(not p["valid"] for p in preds)
+    if all(p.get("explanations") is None for p in preds):  # the judge kind writes no explanations
+        explanation = _undefined(explanation)
+    counts = [output_counts(p) for p in preds]
+    n_outputs, n_invalid = sum(n for n, _ in counts), sum(k for _, k in counts)
 
     judge_steps = [step_scores(p) for p in preds]
-    human_chains = [human_chain_score(c) for c in gold]
     correlation = {
-        "step": _correlations([s["human_score"] for c in gold for s in c["steps"]],
-                              [x for scores in judge_steps for x in scores]),
-        "chain": _correlations(human_chains, [chain_score(p) for p in preds]),
+        "step": _step_correlations(gold, judge_steps),
+        # MiCEval App. D.3 reports step-level correlation per step type; a "both" step counts in each
+        "step_description": _step_correlations(gold, judge_steps, describes),
+        "step_reasoning": _step_correlations(gold, judge_steps, reasons),
+        "chain": _correlations([human_chain_score(c) for c in gold], [chain_score(p) for p in preds]),
     }
-    if any(s["premises"] for c in gold for s in c["steps"]):
-        premises = [[s["premises"] for s in c["steps"]] for c in gold]
+    annotated = [i for i, c in enumerate(gold) if all(s["premises"] is not None for s in c["steps"])]
+    if annotated:  # RPTS needs the premise tree; chains without premise annotations are left out
+        premises = {i: [s["premises"] for s in gold[i]["steps"]] for i in annotated}
         correlation["chain_rpts"] = _correlations(
-            [M.rpts_chain(pr, [s["human_score"] for s in c["steps"]]) for pr, c in zip(premises, gold)],
-            [M.rpts_chain(pr, scores) for pr, scores in zip(premises, judge_steps)])
+            [M.rpts_chain(premises[i], [s["human_score"] for s in gold[i]["steps"]]) for i in annotated],
+            [M.rpts_chain(premises[i], judge_steps[i]) for i in annotated])
 
     with_probability = [(g is False, p) for c, pred in zip(gold, preds) if pred.get("p_incorrect")
                         for g, p in zip((s["correct"] for s in c["steps"]), pred["p_incorrect"])
                         if g is not None and p is not None]
     return {
-        "n_chains": len(gold), "n_invalid": n_invalid, "invalid_rate": n_invalid / len(gold),
+        "n_chains": len(gold), "n_outputs": n_outputs, "n_invalid": n_invalid,
+        "invalid_rate": n_invalid / n_outputs if n_outputs else None,
         "step": step, "confusion": {"tp": step["tp"], "fp": step["fp"], "fn": step["fn"],
                                     "tn": step["n"] - step["tp"] - step["fp"] - step["fn"]},
         "answer": answer, "explanation": explanation,

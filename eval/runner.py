@@ -51,7 +51,7 @@ def chain_digest(chain: dict) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
-GOLD_STEP_FIELDS = ("correct", "human_score", "explanations", "premises")
+GOLD_STEP_FIELDS = ("type", "correct", "human_score", "explanations", "premises")
 
 
 def gold_view(dataset) -> list[dict]:
@@ -129,7 +129,8 @@ def shiftcheck_questions(gold: list[dict]) -> list[dict]:
     """One multiple-choice question per group of >= 2 chains: "which chain is best?".
 
     At most four options per group. When a group has a fully-correct chain, exactly one is kept (the
-    first by chain_id) and it is the gold option; the others fill up with incorrect chains by chain_id.
+    first by chain_id) and it is the gold option; the others fill up with incorrect chains by chain_id
+    (never with chains of unknown correctness).
     Groups with no (or only) correct chains still measure consistency and position bias (gold None).
     """
     groups = defaultdict(list)
@@ -141,7 +142,8 @@ def shiftcheck_questions(gold: list[dict]) -> list[dict]:
             continue
         members = sorted(members, key=lambda g: g["chain_id"])
         correct = [g for g in members if g["chain_correct"] is True]
-        others = [g for g in members if g["chain_correct"] is not True]
+        # a chain of unknown correctness is no wrong option: it may be as good as the gold one
+        others = [g for g in members if g["chain_correct"] is False]
         if correct and others:
             chosen, gold_id = [correct[0]] + others[:MAX_OPTIONS - 1], correct[0]["chain_id"]
         else:

@@ -18,7 +18,8 @@ def two_category_chains():
     chains = helpers.chains(8)
     for c in chains[4:]:
         c["category"] = "reasoning"
-    chains[0]["steps"][2]["premises"] = [0, 1]  # one chain with a reasoning tree: RPTS applies
+    for step, premises in zip(chains[0]["steps"], ([], [], [0, 1])):  # one chain with a reasoning tree: RPTS applies
+        step["premises"] = premises
     return [validate_chain(c) for c in chains]
 
 
@@ -69,7 +70,7 @@ def test_metrics_json_equals_the_metric_functions_applied_to_the_predictions(run
                     "score": preds[c["chain_id"]]["chain_score"]} for c in chains]
         choice = M.choice_ranking_accuracy(records)
         assert {k: got["choice"][k] for k in choice} == choice
-        human = [sum(s["human_score"] for s in c["steps"]) / len(c["steps"]) for c in chains]
+        human = [float(c["chain_correct"]) for c in chains]  # MiCEval: the chain's good/bad label
         assert got["critique"]["correlation"]["chain"]["d"] == M.somers_d(
             human, [preds[c["chain_id"]]["chain_score"] for c in chains])["d"]
         assert "chain_rpts" in got["critique"]["correlation"]

@@ -84,7 +84,7 @@ def test_baseline_judges_give_one_prediction_per_chain_and_expected_scores(chain
     assert always["critique"]["step"]["recall"] == 0.0  # it never flags anything
     assert always["critique"]["step"]["tp"] == 0 and always["critique"]["step"]["fn"] == 12  # 6 bad chains x 2
     assert always["critique"]["invalid_rate"] == 0.0
-    assert always["choice"]["n_groups"] == 6 and always["choice"]["accuracy"] == 0.0  # all tied -> no credit
+    assert always["choice"]["n_groups"] == 6 and always["choice"]["accuracy"] == 0.5  # all tied -> chance
     # ties go to the first option, so the pick moves with the shift: never right under every shift
     assert always["shiftcheck"]["circular_accuracy"] == 0.0
     assert always["shiftcheck"]["position_distribution_by_n_options"][2] == {"A": 100.0, "B": 0.0}
@@ -216,4 +216,15 @@ def test_miceval_normal_choice_ranking_groups(miceval_jsonl, tmp_path):
                        str(tmp_path / "out"), progress=False, log=lambda line: None)
     for result in metrics["judges"].values():
         assert (result["overall"]["choice"]["n_groups"], result["overall"]["choice"]["n_chains"]) == (36, 134)
-    assert metrics["judges"]["always-correct"]["overall"]["choice"]["accuracy"] == 0.0
+    # a constant judge ties every chain of a group: it scores chance, the mean share of fully correct chains
+    from collections import defaultdict
+
+    from stepcritic.data_prep.schema import load_chains
+
+    groups = defaultdict(list)
+    for chain in load_chains(chains, decode_images=False).select_columns(["group_id", "chain_correct"]).to_list():
+        if chain["chain_correct"] is not None:
+            groups[chain["group_id"]].append(chain["chain_correct"])
+    mixed = [sum(labels) / len(labels) for labels in groups.values() if len(set(labels)) == 2]
+    assert len(mixed) == 36
+    assert metrics["judges"]["always-correct"]["overall"]["choice"]["accuracy"] == pytest.approx(sum(mixed) / 36)
