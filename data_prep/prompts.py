@@ -288,6 +288,16 @@ def score_messages(chain: dict) -> list[dict]:
     return [user_with_image(text)]
 
 
+def step_score_messages(chain: dict, step_index: int) -> list[dict]:
+    """The user turn asking for one 0-10 rating of step `step_index` given the question and the steps before it
+    (MiCEval's per-step scoring evaluator; read back by `critique.parse_score`)."""
+    _check_step_index(chain, step_index)
+    texts = _step_texts(chain)
+    text = load_template("step_score").render(question=chain["question"], previous=texts[:step_index],
+                                              step=texts[step_index], step_number=step_index + 1)
+    return [user_with_image(text)]
+
+
 def listwise_messages(chains: list[dict]) -> list[dict]:
     """ShiftCheck's listwise question: the chains lettered A, B, ... in order, and "which one is best?" (read
     back by `critique.parse_letter`). The chains of a group answer one question about one image."""

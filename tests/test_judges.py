@@ -207,6 +207,32 @@ def test_lookback_follows_visco_algorithm_1():
     assert len(critique.extra["lookback"]["checks"]) == 4 and "first" not in critique.extra["lookback"]
 
 
+def test_step_score_mode_rates_each_step_given_the_steps_before_it():
+    """MiCEval's per-step scoring evaluator: one 0-10 rating per step, with the question and the earlier steps only;
+    the rating / 10 is the step's score (p_incorrect = 1 - it), under 0.5 is flagged, the chain gets the mean."""
+    from stepcritic.eval.judges.generative import GenerativeJudge, Reply
+
+    class Scripted(GenerativeJudge):
+        kind = "scripted"
+
+        def generate(self, prompts):
+            self.sent = [p.messages[0]["content"][1]["text"] for p in prompts]
+            return [Reply("8"), Reply("Score: 2"), Reply("no idea")][:len(prompts)]
+
+    chain = chains(2)[0]
+    judge = Scripted("scripted", mode="step-score")
+    (critique,) = judge.judge_batch([chain])
+    steps = [step["text"] for step in chain["steps"]]
+    assert len(judge.sent) == len(steps) == 3
+    for k, text in enumerate(judge.sent):  # step k is rated with steps before it, never the ones after
+        assert f"Step {k + 1}: {steps[k]}" in text and chain["question"] in text
+        assert all(later not in text for later in steps[k + 1:])
+    assert critique.verdicts == [True, False, None] and critique.p_incorrect == pytest.approx([0.2, 0.8, None])
+    assert critique.chain_score == pytest.approx(0.5) and not critique.valid
+    assert critique.extra["n_outputs"] == 3 and critique.extra["n_invalid"] == 1
+    assert Scripted("s", mode="step-score").fingerprint() != Scripted("s", mode="score").fingerprint()
+
+
 # ----------------------------------------------------------------------------- reading replies
 
 @pytest.mark.parametrize("text, n, expected", [

@@ -12,6 +12,9 @@ question. Modes:
   unreadable ones (`n_outputs`, `n_invalid`: MiCEval's invalid rate is per output). `strict=true` reads
   labels as MiCEval does: a reply that is not exactly one label is invalid (`critique.parse_label`).
 - `score`: one 0-10 rating of the whole chain, stored as `chain_score` in [0, 1]; no step verdicts.
+- `step-score`: MiCEval's per-step scoring evaluator ("Step, w/o MiCEval", Sec. 6.2 and App. D.2): each step rated
+  0-10 given the question, the image and the steps before it; the rating / 10 is the step's score, a step under 0.5
+  is flagged, and the chain's score is the mean of its steps' (MiCEval leaves that aggregation unstated).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from stepcritic.data_prep.critique import SCORE_SCALE, parse_critique, parse_label, parse_letter, parse_score
 from stepcritic.eval.judges.base import Critique, Judge
 
-MODES = ("critique", "verifier", "score")
+MODES = ("critique", "verifier", "score", "step-score")
 STRATEGIES = ("direct", "lookback")
 # verifier task -> the labels that mean "this step is fine"; the task's other labels mean "not fine".
 # Tasks missing here (step type, error kinds) classify rather than judge, so they give no verdict.
@@ -130,11 +133,11 @@ class GenerativeJudge(Judge):
         from stepcritic.data_prep.prompts import DEFAULT_TEMPLATES, template_hash
         from stepcritic.eval.judges.lookback import TEMPLATES as LOOKBACK_TEMPLATES
 
-        own = ["listwise"] + (["score"] if self.mode == "score" else [])
+        own = ["listwise"] + ({"score": ["score"], "step-score": ["step_score"]}.get(self.mode, []))
         own += LOOKBACK_TEMPLATES if self.strategy == "lookback" else []
         # keyed by file name, as when these templates lived in eval/: existing caches keep their fingerprints
         extra = {f"{name}.j2": template_hash(name) for name in own}
-        if self.mode != "score":
+        if self.mode not in ("score", "step-score"):
             extra["prompt_template"] = template_hash(self.template or DEFAULT_TEMPLATES[self.mode])
         return extra
 
@@ -157,10 +160,12 @@ class GenerativeJudge(Judge):
     def prompts_for(self, chain: dict) -> list[Prompt]:
         if self.mode == "critique":
             return [self.critique_prompt(chain)]
-        from stepcritic.data_prep.prompts import score_messages, verifier_messages
+        from stepcritic.data_prep.prompts import score_messages, step_score_messages, verifier_messages
 
         if self.mode == "score":
             return [chain_prompt(score_messages(chain), chain)]
+        if self.mode == "step-score":
+            return [chain_prompt(step_score_messages(chain, i), chain) for i in range(len(chain["steps"]))]
 
         return [chain_prompt(verifier_messages(self.task, chain, i, self.template), chain)
                 for i in self.verifier_steps(chain)]
@@ -174,7 +179,8 @@ class GenerativeJudge(Judge):
             return lookback_critiques(self, chains)
         per_chain = [self.prompts_for(c) for c in chains]
         replies = iter(self.generate([p for prompts in per_chain for p in prompts]))
-        read = {"critique": self._read_critique, "verifier": self._read_verifier, "score": self._read_score}[self.mode]
+        read = {"critique": self._read_critique, "verifier": self._read_verifier, "score": self._read_score,
+                "step-score": self._read_step_scores}[self.mode]
         return [read(chain, [next(replies) for _ in prompts]) for chain, prompts in zip(chains, per_chain)]
 
     def _read_critique(self, chain: dict, replies: list[Reply]) -> Critique:
@@ -186,6 +192,19 @@ class GenerativeJudge(Judge):
         error = reply.error or (None if score is not None else f"no score between 0 and {SCORE_SCALE:g} found")
         return Critique(chain["chain_id"], [None] * len(chain["steps"]), chain_score=score, raw=reply.text,
                         valid=score is not None, error=error, extra={"scope": "chain"})
+
+    def _read_step_scores(self, chain: dict, replies: list[Reply]) -> Critique:
+        scores = [None if r.error else parse_score(r.text) for r in replies]
+        n_invalid = sum(score is None for score in scores)
+        known = [score for score in scores if score is not None]
+        errors = [r.error for r in replies if r.error]
+        return Critique(chain["chain_id"], [None if s is None else s >= 0.5 for s in scores],
+                        p_incorrect=[None if s is None else 1.0 - s for s in scores],
+                        chain_score=sum(known) / len(known) if known else None,
+                        raw=json.dumps([r.text for r in replies], ensure_ascii=False), valid=n_invalid == 0,
+                        error=errors[0] if errors else (
+                            f"{n_invalid} of {len(scores)} step scores unreadable" if n_invalid else None),
+                        extra={"step_scores": scores, "n_outputs": len(scores), "n_invalid": n_invalid})
 
     def _read_verifier(self, chain: dict, replies: list[Reply]) -> Critique:
         from stepcritic.data_prep.prompts import VERIFIER_TASKS
