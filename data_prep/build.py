@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -31,7 +32,7 @@ from stepcritic.data_prep import critique, pairs, prompts, schema
 from stepcritic.data_prep.contract import KIND_NAMES as KINDS
 from stepcritic.data_prep.contract import KINDS as KIND_SPECS
 from stepcritic.data_prep.contract import STATS_FILE
-from stepcritic.data_prep.splits import SPLITS, split_by_group
+from stepcritic.data_prep.splits import HELD_OUT, SPLITS, TRAIN, split_by_group
 from stepcritic.errors import UserError
 
 TEMPLATE_ROLE = {"critique-sft": "critique", "verifier-sft": "verifier", "prm-sft": "prm",
@@ -51,6 +52,7 @@ class _SplitRows:
     skipped: Counter = field(default_factory=Counter)
     labels: Counter = field(default_factory=Counter)
     explanations: Counter = field(default_factory=Counter)
+    n_rows: int = 0  # rows written so far (streamed kinds hand their rows to the writer batch by batch)
 
 
 # ----------------------------------------------------------------------------- input
@@ -205,6 +207,67 @@ def features(kind: str):
 
 # ----------------------------------------------------------------------------- entry point
 
+# Kinds whose rows for a chain depend on that chain alone: built as a stream of batches written to Arrow files,
+# so memory does not grow with the number of chains (critique-pref plans its mix and outcome-rm pairs chains
+# over a whole split, so they still hold their chains).
+STREAMED_KINDS = ("critique-sft", "verifier-sft", "prm-sft")
+STREAM_BATCH = 256  # chains per batch
+
+
+def _streamable(chains, kind: str) -> bool:
+    from datasets import Dataset
+
+    return (kind in STREAMED_KINDS and isinstance(chains, Dataset)
+            and {"chain_id", "group_id"} <= set(chains.column_names))
+
+
+def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, tmp: str):
+    """Build a streamed kind batch by batch into Arrow files under `tmp`; None when the chains lack group ids
+    (they are derived from the image in validation: the in-memory path does that)."""
+    from datasets import Dataset, DatasetDict, Image
+    from datasets.arrow_writer import ArrowWriter
+
+    ids = chains.select_columns(["chain_id", "group_id"]).to_list()  # two short strings per chain
+    if not ids:
+        raise BuildError("no chains to build from")
+    if not all(r["group_id"] for r in ids):
+        return None
+    schema.check_unique_ids(r for r in ids if r["chain_id"])
+    split_ids = split_by_group(ids, test_fraction, seed)
+    held_out = {r["group_id"] for r in split_ids[HELD_OUT]}
+    if "image" in chains.column_names:  # rows only need the encoded bytes
+        chains = chains.cast_column("image", Image(decode=False))
+    columns = features(kind)
+    paths = {s: os.path.join(tmp, f"{s}.arrow") for s in SPLITS}
+    writers = {s: ArrowWriter(features=columns, path=paths[s]) for s in SPLITS}
+    produced = {s: _SplitRows() for s in SPLITS}
+    sources: Counter = Counter()
+    n_in = 0
+    for batch in chains.iter(batch_size=STREAM_BATCH):
+        by_split: dict[str, list] = {s: [] for s in SPLITS}
+        for values in zip(*batch.values()):
+            record = dict(zip(batch, values))
+            chain = schema.validate_chain(record, where=str(record.get("chain_id") or f"chains[{n_in}]"))
+            by_split[HELD_OUT if chain["group_id"] in held_out else TRAIN].append(chain)
+            sources[chain["source"]] += 1
+            n_in += 1
+        for s in SPLITS:
+            out = produced[s]
+            BUILDERS[kind](by_split[s], template, out)
+            if out.rows:
+                writers[s].write_batch(columns.encode_batch({k: [r.get(k) for r in out.rows] for k in columns}))
+                out.n_rows += len(out.rows)
+                out.rows.clear()
+    for writer in writers.values():
+        writer.finalize()
+        writer.close()
+    dataset = DatasetDict({s: Dataset.from_file(paths[s]) for s in SPLITS})
+    info = {"chains_in": n_in, "sources": sources,
+            "groups": {s: len({r["group_id"] for r in split_ids[s]}) for s in SPLITS},
+            "chains": {s: len(split_ids[s]) for s in SPLITS}}
+    return dataset, produced, info
+
+
 def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts.PromptTemplate | None = None,
                   pref_mix: dict | str | None = None) -> tuple[prompts.PromptTemplate, dict | None]:
     """Check the build options before any chain is read; returns the loaded template and the parsed mix.
@@ -233,36 +296,46 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
     from stepcritic.data_prep.card import write_card
 
     loaded_template, mix = check_options(kind, test_fraction, template, pref_mix)
-    records = _canonical_chains(chains)
-    if not records:
-        raise BuildError("no chains to build from")
-    split_chains = split_by_group(records, test_fraction, seed)
-
-    produced = {}
-    for split in SPLITS:
-        produced[split] = _SplitRows()
-        BUILDERS[kind](split_chains[split], loaded_template, produced[split], seed=seed, pref_mix=mix)
-
     columns = features(kind)
-    # from_list([]) would yield a table without columns, which load_from_disk then rejects.
-    dataset = DatasetDict({split: Dataset.from_list(produced[split].rows, features=columns) if produced[split].rows
-                           else Dataset.from_dict({name: [] for name in columns}, features=columns)
-                           for split in SPLITS})
     os.makedirs(out_dir, exist_ok=True)
-    # datasets writes no shard at all for an empty split and then cannot load it back: force one.
-    dataset.save_to_disk(out_dir, num_shards={split: 1 if len(dataset[split]) == 0 else None for split in SPLITS})
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_dir)), prefix=".build-") as tmp:
+        streamed = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp) \
+            if _streamable(chains, kind) else None
+        if streamed is not None:
+            dataset, produced, info = streamed
+        else:
+            records = _canonical_chains(chains)
+            if not records:
+                raise BuildError("no chains to build from")
+            split_chains = split_by_group(records, test_fraction, seed)
+            produced = {}
+            for split in SPLITS:
+                produced[split] = _SplitRows()
+                BUILDERS[kind](split_chains[split], loaded_template, produced[split], seed=seed, pref_mix=mix)
+                produced[split].n_rows = len(produced[split].rows)
+            info = {"chains_in": len(records), "sources": Counter(c["source"] for c in records),
+                    "groups": {s: len({c["group_id"] for c in split_chains[s]}) for s in SPLITS},
+                    "chains": {s: len(split_chains[s]) for s in SPLITS}}
+            # from_list([]) would yield a table without columns, which load_from_disk then rejects.
+            dataset = DatasetDict({split: Dataset.from_list(produced[split].rows, features=columns)
+                                   if produced[split].rows
+                                   else Dataset.from_dict({name: [] for name in columns}, features=columns)
+                                   for split in SPLITS})
+        # datasets writes no shard at all for an empty split and then cannot load it back: force one.
+        dataset.save_to_disk(out_dir, num_shards={split: 1 if len(dataset[split]) == 0 else None for split in SPLITS})
+        del dataset  # release the memory-mapped temporary files before they are removed
 
     skipped = sum((produced[s].skipped for s in SPLITS), Counter())  # Counter addition drops zero counts
     stats = {
         "kind": kind,
         "methods": list(KIND_SPECS[kind].methods),
-        "chains_in": len(records),
-        "chains_used": len(records) - sum(skipped.values()),
+        "chains_in": info["chains_in"],
+        "chains_used": info["chains_in"] - sum(skipped.values()),
         "chains_skipped": dict(sorted(skipped.items())),
-        "sources": dict(sorted(Counter(c["source"] for c in records).items())),
-        "groups": {s: len({c["group_id"] for c in split_chains[s]}) for s in SPLITS},
-        "chains": {s: len(split_chains[s]) for s in SPLITS},
-        "rows": {s: len(produced[s].rows) for s in SPLITS},
+        "sources": dict(sorted(info["sources"].items())),
+        "groups": info["groups"],
+        "chains": info["chains"],
+        "rows": {s: produced[s].n_rows for s in SPLITS},
         "label_balance": {s: dict(sorted(produced[s].labels.items())) for s in SPLITS},
         "template": {"name": loaded_template.name, "hash": loaded_template.hash},
         "test_fraction": test_fraction,
