@@ -10,9 +10,10 @@ and its label says exactly what changed:
 - wrong_explanation: verdicts stay right, but one incorrect step's explanation is replaced by one written
                      for a different question (drawn from `ExplanationPool`).
 - answer_flip:       the answer verdict is flipped.
-- false_alarm:       in a chain without errors, one correct step is flagged with a plausible explanation: one
-                     written for another chain of the same question (same image and question), so its wording
-                     fits the scene; a generic sentence when no chain of the question has an explanation.
+- false_alarm:       in a chain without errors, one correct step is flagged with an explanation written for a
+                     different question. Not one of the same question: those state what the image really shows,
+                     so quoting one against a correct step contradicts itself in words (the DPO learnability test
+                     learnt to spot such pairs with blank images).
 
 The realised mix is the requested one: `plan_corruptions` gives each chain at most one corruption that applies
 to it, in the requested shares over as many chains as allow it; chains left over (when, say, most chains are
@@ -44,8 +45,7 @@ class PrefMixError(UserError, ValueError):
 
 
 class ExplanationPool:
-    """Gold explanations of one split, by question: unrelated ones (another question) for `wrong_explanation`,
-    and the same question's for `false_alarm`."""
+    """Gold explanations of one split, so a swapped-in explanation always comes from another question."""
 
     def __init__(self, chains: list[dict]):
         self._groups_by_text: dict[str, set] = {}
@@ -80,10 +80,6 @@ class ExplanationPool:
         candidates = [t for t in self._texts if self._is_unrelated(t, group_id, avoid)]
         return rng.choice(candidates) if candidates else None
 
-    def same_question(self, group_id: str, rng: random.Random) -> str | None:
-        """An explanation written for a chain of the same question (group), or None when it has none."""
-        texts = self._texts_by_group.get(group_id)
-        return rng.choice(texts) if texts else None
 
 
 def _indices(chain: dict, predicate) -> list[int]:
@@ -149,7 +145,7 @@ def _false_alarm(chain, gold, pool, rng) -> bool:
     if any(s["correct"] is not True for s in chain["steps"]):
         return False
     index = rng.randrange(len(chain["steps"]))
-    explanation = pool.same_question(chain["group_id"], rng) or FALLBACK_FALSE_ALARM
+    explanation = pool.unrelated(chain["group_id"], "", rng) or FALLBACK_FALSE_ALARM
     _call_incorrect(gold, index, explanation)
     return True
 

@@ -1,6 +1,6 @@
 """Honest data cards: `data synth` writes stats.json and a card and prints its counts; a critique build says when
 its explanations are placeholders; critique-pref's realised corruption mix follows the requested weights; false
-alarms are explained in the words of the same question."""
+alarms never quote the same question's explanations (which state the truth and would give the pair away)."""
 
 import json
 import random
@@ -100,22 +100,23 @@ def test_the_corruption_plan_gives_what_applies_in_the_requested_shares():
     assert plan == pairs.plan_corruptions(list(reversed(records)), mix, pool, seed=0)  # order-free
 
 
-def test_false_alarms_borrow_wording_from_the_same_question():
+def test_false_alarms_never_quote_their_own_questions_explanations():
+    # "The circle is red." flagged with "The circle is red, not blue." gives the rejected critique away without
+    # the image; an explanation written for another question cannot be checked against the step's words
     group = [chain("q1-ok", group_id="q1"),
              chain("q1-bad", group_id="q1", answer="blue", answer_correct=False,
                    steps=[step("The circle is blue.", correct=False, explanations=["The circle is red, not blue."])])]
     other = [chain("q2-bad", group_id="q2", question="How many shapes?", answer="2", answer_correct=False,
                    steps=[step("There are 2 shapes.", correct=False, explanations=["There is only 1 shape."])])]
-    lonely = [chain("q3-ok", group_id="q3", question="Is there a circle?")]
-    records = [schema.validate_chain(c, c["chain_id"]) for c in group + other + lonely]
+    records = [schema.validate_chain(c, c["chain_id"]) for c in group + other]
     pool = pairs.ExplanationPool(records)
     for seed in range(5):
         rejected = pairs.apply_corruption(records[0], "false_alarm", pool, random.Random(seed))
         assert [s.get("explanation") for s in rejected["steps"] if s["correct"] is False] == \
-            ["The circle is red, not blue."]
-        rejected = pairs.apply_corruption(records[3], "false_alarm", pool, random.Random(seed))
-        assert [s.get("explanation") for s in rejected["steps"] if s["correct"] is False] == \
-            [pairs.FALLBACK_FALSE_ALARM]
+            ["There is only 1 shape."]
+    alone = pairs.ExplanationPool(records[:2])  # no other question has an explanation: the generic sentence
+    rejected = pairs.apply_corruption(records[0], "false_alarm", alone, random.Random(0))
+    assert [s.get("explanation") for s in rejected["steps"] if s["correct"] is False] == [pairs.FALLBACK_FALSE_ALARM]
     # a wrong explanation still comes from another question
     rejected = pairs.apply_corruption(records[1], "wrong_explanation", pool, random.Random(0))
     assert rejected["steps"][0]["explanation"] == "There is only 1 shape."
