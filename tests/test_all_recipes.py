@@ -265,24 +265,26 @@ def _run(args):
 
 
 @pytest.mark.parametrize("case", ["wrong-kind", "missing-path", "missing-model"])
-def test_user_errors_end_with_one_line_and_exit_2(case, built, tmp_path):
+def test_user_errors_end_with_one_line_and_exit_2(case, built, tmp_path, capsys):
+    from stepcritic.cli import main
+
     recipe = str(RECIPES_DIR / "qwen2.5-vl-3b" / "prm-lora.yaml")
-    if case == "wrong-kind":  # through `stepcritic train`
+    if case == "wrong-kind":  # through `stepcritic train`, in this process (a subprocess would import torch again)
         data = built["critique-sft"]
-        result = _run(["-m", "stepcritic", "train", "--config", recipe, "--dataset_path", data])
+        code, err = main(["train", "--config", recipe, "--dataset_path", data]), capsys.readouterr().err
         expected = [data, "'critique-sft'", "'prm-sft'"]
-    elif case == "missing-model":  # right data, a model folder that is not there (found only when loading)
+    elif case == "missing-model":  # right data, a model folder that is not there: said before anything loads
         model = str(tmp_path / "no-such-model")
-        result = _run(["-m", "stepcritic", "train", "--config", recipe, "--dataset_path", built["prm-sft"],
-                       "--model_name_or_path", model, "--use_cpu", "true", "--bf16", "false"])
-        expected = [model, "model_name_or_path"]
-    else:  # through `python -m stepcritic.train`, what `accelerate launch -m` runs
+        code = main(["train", "--config", recipe, "--dataset_path", built["prm-sft"], "--model_name_or_path", model,
+                     "--use_cpu", "true", "--bf16", "false"])
+        err, expected = capsys.readouterr().err, [model, "model_name_or_path"]
+    else:  # through `python -m stepcritic.train`, what `accelerate launch -m` runs: its own process
         data = str(tmp_path / "no-such-data")
         result = _run(["-m", "stepcritic.train", "--config", recipe, "--dataset_path", data])
-        expected = [data, "does not exist", "'prm-sft'"]
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    (line,) = result.stderr.strip().splitlines()
+        code, err, expected = result.returncode, result.stderr, [data, "does not exist", "'prm-sft'"]
+    assert code == 2, err
+    assert "Traceback" not in err
+    (line,) = err.strip().splitlines()
     assert line.startswith("stepcritic train: error: ") and all(text in line for text in expected), line
 
 
