@@ -195,9 +195,9 @@ def test_lookback_follows_visco_algorithm_1():
     steps = [step["text"] for step in chain["steps"]]
     # 3 RaiseQuestion requests (one per step) + 4 AnswerQuestion (3 raised questions + q) + 1 Critique, in order
     assert len(sent) == 3 + 4 + 1
-    for k, step in enumerate(steps):  # each RaiseQuestion sees its own step, not the others nor the chain's question
-        assert "JSON list of at most" in sent[k] and step in sent[k]
-        assert not any(other in sent[k] for other in steps if other != step) and chain["question"] not in sent[k]
+    for k, text in enumerate(steps):  # each RaiseQuestion sees its own step, not the others nor the chain's question
+        assert "JSON list of at most" in sent[k] and text in sent[k]
+        assert not any(other in sent[k] for other in steps if other != text) and chain["question"] not in sent[k]
     answered = sent[3:7]
     assert all("from what you can see" in p for p in answered)
     assert f"Question: {chain['question']}" in answered[-1]  # the original question q joins Q, last
