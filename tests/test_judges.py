@@ -190,7 +190,8 @@ def test_lookback_follows_visco_algorithm_1():
     given the questions and answers; no first critique (VISCO Appendix D, Algorithm 1)."""
     chain = chains(2)[0]
     with FakeOpenAIServer() as server:
-        (critique,) = fake_openai(server, strategy="lookback").judge_batch([chain])
+        # one request at a time, so the server sees them in the order they are asked
+        (critique,) = fake_openai(server, strategy="lookback", concurrency=1).judge_batch([chain])
     sent = server.prompt_texts()
     steps = [step["text"] for step in chain["steps"]]
     # 3 RaiseQuestion requests (one per step) + 4 AnswerQuestion (3 raised questions + q) + 1 Critique, in order
