@@ -5,24 +5,33 @@
 Every request waits `latency` seconds at the server, as a remote model would, so the number measured is
 how well the judge overlaps requests (and what its own per-request work costs), not model speed.
 The chains are synthetic (`data_prep.synth`) and the server is `eval.fake_openai_server`, so an installed
-package runs it as well as a source checkout.
+package runs it as well as a source checkout. The judge runs as `stepcritic eval` runs it: `judge_stream` over
+all chains, each critique appended (flushed and fsynced) to a judgment cache in a temporary folder as it arrives.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 import time
 
 
 def run_once(base_url: str, chains: list[dict], concurrency: int) -> float:
+    from stepcritic.eval.cache import JsonlLog
     from stepcritic.eval.judges.registry import make_judge
 
     judge = make_judge({"kind": "openai", "target": "bench", "base_url": base_url, "concurrency": concurrency})
-    start = time.perf_counter()
-    critiques = [c for i in range(0, len(chains), judge.batch_size)
-                 for c in judge.judge_batch(chains[i:i + judge.batch_size])]
-    elapsed = time.perf_counter() - start
+    critiques = []
+    with tempfile.TemporaryDirectory() as tmp:
+        log = JsonlLog(os.path.join(tmp, "critiques.jsonl"), key="chain_id")
+        start = time.perf_counter()
+        for _, critique in judge.judge_stream(chains):
+            log.append([critique.to_json()])
+            critiques.append(critique)
+        elapsed = time.perf_counter() - start
+        log.close()
     judge.close()
     if not all(c.valid for c in critiques):
         raise SystemExit("benchmark: some judgments were invalid; the fake server or the judge is broken")

@@ -4,9 +4,9 @@ One folder per judge under `OUT/cache/`, named by the judge's spec without its r
 its fingerprint (`Judge.fingerprint`): changing what decides a judge's output (an option, its prompt or
 its model) starts only that judge afresh, while every other judge's entries stay valid and a runtime
 option (batch size, device, concurrency) changes neither. Inside, append-only JSON-lines files
-(`critiques.jsonl`: one line per chain, `picks.jsonl`: one line per ShiftCheck question). Lines are
-flushed and fsynced as each batch of judgments completes; a process killed mid-write leaves at most a torn
-last line, which reload drops.
+(`critiques.jsonl`: one line per chain, `picks.jsonl`: one line per ShiftCheck question). The runner
+appends each judgment as soon as the judge hands it over, and every append is flushed and fsynced before it
+returns; a process killed mid-write leaves at most a torn last line, which reload drops.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Run judges over a chains dataset, recording every judgment durably, then write the results.
 
 `evaluate` is the whole `stepcritic eval` job: for each judge it judges only the chains (and ShiftCheck
-questions) its cache lacks, streaming the dataset in the judge's batch size, then rebuilds
-`predictions.jsonl` from the caches and hands gold + predictions to `report` for metrics, tables and
-plots. A run killed at any moment and started again with the same arguments finishes the job with
-exactly one judgment per chain and judge.
+questions) its cache lacks, streaming the dataset through `Judge.judge_stream` and saving each critique
+as it arrives, then rebuilds `predictions.jsonl` from the caches and hands gold + predictions to `report`
+for metrics, tables and plots. A run killed at any moment and started again with the same arguments
+finishes the job with exactly one judgment per chain and judge.
 
 Its top level imports only the standard library: `stepcritic eval --help` reads `TASKS` from here.
 """
@@ -89,37 +89,54 @@ def _rows(batch: dict) -> list[dict]:
     return [dict(zip(batch, values)) for values in zip(*batch.values())]
 
 
-def _checked(judge: Judge, rows: list[dict], critiques: list) -> list[Critique]:
-    if len(critiques) != len(rows):
-        raise EvalError(f"judge {judge.name!r} returned {len(critiques)} critiques for {len(rows)} chains")
-    for row, critique in zip(rows, critiques):
-        if critique.chain_id != row["chain_id"] or len(critique.verdicts) != len(row["steps"]):
-            raise EvalError(f"judge {judge.name!r} returned a critique of the wrong chain or step count "
-                            f"for {row['chain_id']!r}")
-    return critiques
+def _streamed_rows(dataset, batch_size: int = 64):
+    """The dataset's rows one by one, read (and images decoded) a few at a time, as the judge asks for them."""
+    for batch in dataset.iter(batch_size=batch_size):
+        yield from _rows(batch)
 
 
 def judge_chains(judge: Judge, dataset, gold: list[dict], cache: JudgeCache, progress: bool) -> dict:
-    """Judge the chains missing from the cache. Returns counts of cached and newly judged chains."""
+    """Judge the chains missing from the cache. Returns counts of cached and newly judged chains.
+
+    Each critique is written (flushed and fsynced) to the cache as soon as `judge.judge_stream` hands it
+    over, before the next one is asked for: a killed run loses only the judgments that were not finished.
+    """
     from tqdm.auto import tqdm
 
     done = cache.critiques.load()
     missing = [i for i, g in enumerate(gold)
                if done.get(g["chain_id"], {}).get("digest") != g["digest"]]
-    digest_of = {gold[i]["chain_id"]: gold[i]["digest"] for i in missing}
     bar = tqdm(total=len(missing), desc=f"{judge.name} critique", unit="chain", disable=not progress,
                file=sys.stderr)
-    for batch in dataset.select(missing).iter(batch_size=max(1, judge.batch_size)):
-        rows = _rows(batch)
-        try:
-            critiques = judge.judge_batch(rows)
-        except Exception as e:
-            raise EvalError(f"judge {judge.name!r} failed on the batch starting at chain "
-                            f"{rows[0]['chain_id']!r}: {type(e).__name__}: {e}") from e
-        cache.critiques.append([dict(c.to_json(), digest=digest_of[c.chain_id])
-                                for c in _checked(judge, rows, critiques)])
-        bar.update(len(rows))
-    bar.close()
+    saved = [False] * len(missing)
+    n_saved = 0
+    stream = judge.judge_stream(_streamed_rows(dataset.select(missing)))
+    try:
+        while True:
+            try:
+                item = next(stream, None)
+            except Exception as e:
+                first = next((gold[missing[k]]["chain_id"] for k, s in enumerate(saved) if not s), None)
+                raise EvalError(f"judge {judge.name!r} failed on the chains from {first!r} on ({n_saved} of "
+                                f"{len(missing)} judged and saved): {type(e).__name__}: {e}") from e
+            if item is None:
+                break
+            index, critique = item
+            if not isinstance(index, int) or not 0 <= index < len(missing) or saved[index]:
+                raise EvalError(f"judge {judge.name!r} returned a critique for no chain asked (index {index!r})")
+            expected = gold[missing[index]]
+            if critique.chain_id != expected["chain_id"] or len(critique.verdicts) != len(expected["steps"]):
+                raise EvalError(f"judge {judge.name!r} returned a critique of the wrong chain or step count "
+                                f"for {expected['chain_id']!r}")
+            cache.critiques.append([dict(critique.to_json(), digest=expected["digest"])])
+            saved[index] = True
+            n_saved += 1
+            bar.update(1)
+    finally:
+        stream.close()
+        bar.close()
+    if n_saved != len(missing):
+        raise EvalError(f"judge {judge.name!r} returned {n_saved} critiques for {len(missing)} chains")
     return {"cached": len(gold) - len(missing), "judged": len(missing)}
 
 
@@ -172,12 +189,11 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
     index_of = {cid: i for i, cid in enumerate(dataset["chain_id"])}
     bar = tqdm(total=len(missing), desc=f"{judge.name} shiftcheck", unit="question", disable=not progress,
                file=sys.stderr)
-    chunk_size = max(1, judge.batch_size)  # questions judged, then fsynced, together
+    chunk_size = max(1, judge.batch_size)  # questions whose chains are read from the dataset together
     for start in range(0, len(missing), chunk_size):
         chunk = missing[start:start + chunk_size]
         needed = sorted({index_of[cid] for q in chunk for cid in q["options"]})
         rows = {row["chain_id"]: row for row in _rows(dataset.select(needed)[:])}
-        records = []
         for q in chunk:
             try:
                 picked = judge.pick_best([rows[cid] for cid in q["options"]])
@@ -185,9 +201,8 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
                 raise EvalError(f"judge {judge.name!r} failed on ShiftCheck question {q['question_id']!r}: "
                                 f"{type(e).__name__}: {e}") from e
             letter = OPTION_LETTERS[picked] if picked is not None and 0 <= picked < len(q["options"]) else None
-            records.append(dict(q, prediction=letter))
-        cache.picks.append(records)
-        bar.update(len(chunk))
+            cache.picks.append([dict(q, prediction=letter)])  # saved as soon as it is answered
+            bar.update(1)
     bar.close()
     return {"cached": len(questions) - len(missing), "judged": len(missing)}
 

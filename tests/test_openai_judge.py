@@ -122,3 +122,41 @@ def test_fingerprint_ignores_speed_settings_but_not_the_model():
     faster = make_judge("openai:m,base_url=http://127.0.0.1:1/v1,concurrency=64,timeout=5")
     other = make_judge("openai:m2,base_url=http://127.0.0.1:1/v1")
     assert base.fingerprint() == faster.fingerprint() != other.fingerprint()
+
+
+def test_stream_keeps_the_pool_full_without_running_ahead_of_what_was_handed_over():
+    n, concurrency, latency = 24, 4, 0.1
+    many = [dict(c, chain_id=f"c{i}") for i, c in enumerate(chains(2) * (n // 2))]
+    with FakeOpenAIServer(latency=latency) as server:
+        judge = judge_for(server, concurrency=concurrency)
+        assert judge.batch_size == 4 * concurrency  # what the old batch boundary was, and LookBack still uses
+        stream = judge.judge_stream(iter(many))
+        first_index, _ = next(stream)
+        # one critique handed over: only its slot was refilled, so nothing beyond `concurrency` was sent
+        assert len(server.requests) <= concurrency
+        rest = list(stream)
+    indices = [first_index] + [i for i, _ in rest]
+    assert sorted(indices) == list(range(n))
+    assert all(c.chain_id == f"c{i}" and c.valid for i, c in rest)
+    assert len(server.requests) == n and server.max_in_flight == concurrency
+
+
+def test_stream_on_an_unreachable_endpoint_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    judge = make_judge(f"openai:m,base_url=http://127.0.0.1:{port}/v1,max_retries=0,concurrency=2")
+    with pytest.raises(EndpointUnavailable, match=rf"none of 2 requests to http://127.0.0.1:{port}/v1"):
+        list(judge.judge_stream(chains(2) * 3))
+
+
+def test_text_only_wrapper_streams_through_the_inner_judge_with_blank_images():
+    with FakeOpenAIServer() as server:
+        judge = make_judge(f"text-only:openai:m,base_url={server.base_url},concurrency=2")
+        streamed = sorted(judge.judge_stream(chains(4)), key=lambda item: item[0])
+    assert [c.chain_id for _, c in streamed] == [c["chain_id"] for c in chains(4)]
+    assert all(c.valid for _, c in streamed)
+    for request in server.requests:
+        url = request["body"]["messages"][0]["content"][0]["image_url"]["url"]
+        image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+        assert image.getextrema() == ((255, 255), (255, 255), (255, 255))  # all white

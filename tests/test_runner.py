@@ -12,6 +12,7 @@ import pytest
 
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval.cache import JsonlLog
+from stepcritic.eval.fake_openai_server import FakeOpenAIServer
 from stepcritic.eval.judges.base import Critique, Judge
 from stepcritic.eval.runner import EvalError, build_judge, evaluate, shiftcheck_questions
 
@@ -205,6 +206,48 @@ def test_a_killed_run_resumes_without_lost_or_duplicated_judgments(tmp_path):
     assert sorted(cache_ids) == sorted(all_ids)  # nothing lost, nothing twice
     pred_ids = [p["chain_id"] for p in read_jsonl(os.path.join(out, "predictions.jsonl"))]
     assert sorted(pred_ids) == sorted(all_ids)
+
+
+def test_a_killed_api_run_repeats_at_most_concurrency_requests(tmp_path):
+    """SIGKILL an OpenAI-judge run mid-way (between what used to be batch boundaries) and rerun it: only the
+    requests in flight at the kill (at most `concurrency`) are sent twice, because every judgment is saved as
+    soon as it is answered and the pool never runs ahead of what has been saved."""
+    n_chains, concurrency, kill_after = 40, 4, 20
+    chains = str(tmp_path / "chains")
+    save_chains([validate_chain(c) for c in helpers.chains(n_chains)], chains)
+    out = str(tmp_path / "out")
+    with FakeOpenAIServer(latency=0.1) as server:
+        command = [sys.executable, "-m", "stepcritic.eval", "--chains", chains, "--out", out, "--no-progress",
+                   "--judge", f"openai:fake-model,base_url={server.base_url},concurrency={concurrency}",
+                   "--tasks", "critique"]
+        proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        answered = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            with server._lock:
+                answered = len(server.requests) - server.in_flight
+            if answered >= kill_after:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.002)
+        proc.wait()
+        assert answered >= kill_after, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+        assert proc.returncode == -signal.SIGKILL
+        sent_before_kill = len(server.requests)
+        [cache_file] = [os.path.join(root, "critiques.jsonl") for root, _, files in os.walk(os.path.join(out, "cache"))
+                        if "critiques.jsonl" in files]
+        saved_at_kill = len(JsonlLog(cache_file, key="chain_id").load())
+
+        rerun = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        total = len(server.requests)
+    counts = f"{sent_before_kill} requests before the kill, {saved_at_kill} judgments saved, {total} requests in all"
+    assert n_chains - saved_at_kill == total - sent_before_kill, counts  # the rerun asked only for unsaved chains
+    assert sent_before_kill - saved_at_kill <= concurrency, counts       # those lost were in flight
+    assert total <= n_chains + concurrency, counts
+    all_ids = sorted(c["chain_id"] for c in helpers.chains(n_chains))
+    assert sorted(r["chain_id"] for r in read_jsonl(cache_file)) == all_ids  # nothing lost, nothing twice
+    print(counts)
 
 
 def test_miceval_normal_choice_ranking_groups(miceval_jsonl, tmp_path):

@@ -7,7 +7,9 @@ the cache and the metrics never care which kind produced a critique.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 
@@ -33,7 +35,12 @@ class Critique:
 
 
 class Judge:
-    """Base class. Subclasses set `kind` and implement `judge_batch`."""
+    """Base class. Subclasses set `kind` and implement `judge_batch`; that is all a `py:` judge needs.
+
+    The runner calls `judge_stream`, which by default runs `judge_batch` on `batch_size` chains at a time.
+    A judge that can finish chains one by one (the OpenAI-compatible judge) overrides it, so that every
+    judgment is saved as soon as it exists and a killed run loses no more than what was in flight.
+    """
 
     kind = "base"
     batch_size = 8
@@ -70,6 +77,21 @@ class Judge:
 
     def judge_batch(self, chains: list[dict]) -> list[Critique]:
         raise NotImplementedError
+
+    def judge_stream(self, chains: Iterable[dict]) -> Iterator[tuple[int, Critique]]:
+        """`(index, critique)` for every chain, `index` being its position in `chains`, as each is finished.
+
+        Critiques may come in any order. `chains` is read lazily (images are decoded as they are needed).
+        The consumer saves each critique before asking for the next one, so an override should not hold
+        back finished critiques, nor start more work than it is willing to lose when the process is killed.
+        This default judges `batch_size` chains at a time with `judge_batch` and yields them in order.
+        """
+        chains = iter(chains)
+        start = 0
+        while batch := list(itertools.islice(chains, max(1, self.batch_size))):
+            for offset, critique in enumerate(self.judge_batch(batch)):
+                yield start + offset, critique
+            start += len(batch)
 
     def pick_best(self, chains: list[dict]) -> int | None:
         """Listwise choice (ShiftCheck over chains): index of the best chain in the order shown, or None.

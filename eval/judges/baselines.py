@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Iterable, Iterator
 
 from stepcritic.eval.judges.base import Critique, Judge
 
@@ -114,6 +115,9 @@ class TextOnlyJudge(Judge):
 
     def judge_batch(self, chains: list[dict]) -> list[Critique]:
         return self.inner.judge_batch(self._blanked(chains))
+
+    def judge_stream(self, chains: Iterable[dict]) -> Iterator[tuple[int, Critique]]:
+        return self.inner.judge_stream(self._blanked([c])[0] for c in chains)  # the inner judge's own pace
 
     def pick_best(self, chains: list[dict]) -> int | None:
         return self.inner.pick_best(self._blanked(chains))

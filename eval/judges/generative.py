@@ -179,9 +179,13 @@ class GenerativeJudge(Judge):
             return lookback_critiques(self, chains)
         per_chain = [self.prompts_for(c) for c in chains]
         replies = iter(self.generate([p for prompts in per_chain for p in prompts]))
+        return [self.read_replies(chain, [next(replies) for _ in prompts]) for chain, prompts in zip(chains, per_chain)]
+
+    def read_replies(self, chain: dict, replies: list[Reply]) -> Critique:
+        """One chain's Critique from the replies to its `prompts_for(chain)`, in the same order."""
         read = {"critique": self._read_critique, "verifier": self._read_verifier, "score": self._read_score,
                 "step-score": self._read_step_scores}[self.mode]
-        return [read(chain, [next(replies) for _ in prompts]) for chain, prompts in zip(chains, per_chain)]
+        return read(chain, replies)
 
     def _read_critique(self, chain: dict, replies: list[Reply]) -> Critique:
         return critique_from_reply(chain, replies[0])

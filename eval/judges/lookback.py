@@ -11,6 +11,8 @@ before it critiques (VISCO, Section 5 and Appendix D, Algorithm 1):
 There is no first critique: an earlier version fed one into the final prompt, which the paper's algorithm does not.
 Every phase is one `generate` call over all chains of the batch, so API judges run it concurrently. A chain whose
 final request fails is invalid; a failed question or answer request only loses that check.
+Because of these rounds, LookBack judges (and the runner saves) a whole batch at a time: `Judge.judge_stream`'s
+batch-level default, not the OpenAI judge's per-judgment stream. A killed LookBack run can repeat up to one batch.
 """
 
 from __future__ import annotations

@@ -3,7 +3,13 @@
 Plain HTTP from the standard library with a thread pool: `concurrency` requests in flight, each retried
 with exponential backoff and jitter on 429, 5xx and connection errors. A request that still fails makes
 its chain invalid (with the error) instead of stopping the run; only when every request of the first
-call fails is the endpoint treated as unusable and `EndpointUnavailable` raised.
+call (the first `concurrency` requests of a stream) fails is the endpoint treated as unusable and
+`EndpointUnavailable` raised.
+
+`judge_stream`, which the runner uses, keeps the pool full across the whole dataset: a new chain's
+requests go out as soon as an earlier chain's critique has been handed over (and saved), never more than
+`concurrency` requests of unsaved chains at once. A run killed at any moment so repeats at most
+`concurrency` requests when it resumes. (LookBack, several rounds per chain, still works batch by batch.)
 
 The API key is read from the environment variable named by `api_key_env` and kept out of the
 fingerprint, the options, repr, raw outputs and error messages.
@@ -15,13 +21,16 @@ import base64
 import http.client
 import json
 import os
+import queue
 import random
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from stepcritic.data_prep.images import png_bytes
+from stepcritic.eval.judges.base import Critique
 from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply
 
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
@@ -95,11 +104,69 @@ class OpenAIJudge(GenerativeJudge):
         replies = list(self._pool.map(self._request, prompts))
         if replies and not self._reached:
             if all(r.error for r in replies):
-                raise EndpointUnavailable(
-                    f"{self.kind} judge {self.target!r}: none of {len(replies)} requests to {self.url} succeeded "
-                    f"(last error: {replies[-1].error}); check base_url, the server and ${self.options['api_key_env']}")
+                raise self._unavailable(len(replies), replies[-1].error)
             self._reached = True
         return replies
+
+    def _unavailable(self, n_failed: int, last_error: str | None) -> EndpointUnavailable:
+        return EndpointUnavailable(
+            f"{self.kind} judge {self.target!r}: none of {n_failed} requests to {self.url} succeeded "
+            f"(last error: {last_error}); check base_url, the server and ${self.options['api_key_env']}")
+
+    def judge_stream(self, chains: Iterable[dict]) -> Iterator[tuple[int, Critique]]:
+        """Critiques in the order they finish, with the pool kept full from the first chain to the last.
+
+        The requests of chains whose critique is not yet handed over ("unsaved") never exceed `concurrency`
+        (a chain needing more prompts than that goes alone); the next chain's requests are sent as soon as
+        a critique has been handed over, which the runner does only after saving it. So whenever the process
+        is killed, at most `concurrency` requests were sent for judgments that were not saved.
+        """
+        if self.strategy == "lookback":
+            # LookBack has three rounds of requests per chain (lookback.py), each over a whole batch: it keeps
+            # the batch-level default, so a kill can cost up to `batch_size` chains' requests.
+            yield from super().judge_stream(chains)
+            return
+        pending = enumerate(chains)
+        more = True
+        finished: queue.SimpleQueue = queue.SimpleQueue()  # (chain index, prompt index, future) as each is done
+        open_chains: dict[int, tuple[dict, list]] = {}  # chain index -> (chain, its replies so far)
+        unsaved = sent = failed = 0
+        while True:
+            while more and unsaved < self.concurrency:
+                item = next(pending, None)
+                if item is None:
+                    more = False
+                    break
+                index, chain = item
+                prompts = self.prompts_for(chain)
+                if not prompts:  # nothing to ask (a verifier task that applies to no step of this chain)
+                    yield index, self.read_replies(chain, [])
+                    continue
+                open_chains[index] = (chain, [None] * len(prompts))
+                for k, prompt in enumerate(prompts):
+                    future = self._pool.submit(self._request, prompt)
+                    future.add_done_callback(lambda f, index=index, k=k: finished.put((index, k, f)))
+                unsaved += len(prompts)
+                sent += len(prompts)
+            if not open_chains:
+                if more:
+                    continue
+                return
+            index, k, future = finished.get()
+            reply = future.result()
+            if not self._reached:
+                if reply.error is None:
+                    self._reached = True
+                else:
+                    failed += 1
+                    if failed >= self.concurrency or (not more and failed == sent):
+                        raise self._unavailable(failed, reply.error)
+            chain, replies = open_chains[index]
+            replies[k] = reply
+            if all(r is not None for r in replies):
+                del open_chains[index]
+                yield index, self.read_replies(chain, replies)
+                unsaved -= len(replies)
 
     def _request(self, prompt: Prompt) -> Reply:
         body = json.dumps({"model": self.target, "messages": openai_messages(prompt),
