@@ -68,6 +68,35 @@ def step_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
             "tp": int(tp), "fp": int(fp), "fn": int(fn), "n": len(y_true), "n_unparsed": n_unparsed}
 
 
+def step_macro_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
+    """VisualProcessBench's step score: the mean of the F1 of the incorrect class and the F1 of the correct class,
+    so a judge that flags everything (or nothing) cannot look good on a benchmark where most steps are right.
+    Steps with gold None are skipped; a predicted None counts as "not flagged", as in `step_f1`. Each class's F1
+    is None when that class never occurs in gold, and the macro mean is None unless both occur."""
+    from sklearn.metrics import f1_score
+
+    y_true, y_pred, _ = _flag_vectors(gold, pred)
+    per_class = {}
+    for name, positive in (("f1_incorrect", True), ("f1_correct", False)):
+        present = any(t == positive for t in y_true)
+        per_class[name] = float(f1_score(y_true, y_pred, pos_label=positive, zero_division=0)) if present else None
+    both = None not in per_class.values()
+    return {**per_class, "macro_f1": (per_class["f1_incorrect"] + per_class["f1_correct"]) / 2 if both else None,
+            "n": len(y_true)}
+
+
+def step_auroc(gold: list[bool | None], scores: list[float | None]) -> float | None:
+    """Area under the ROC curve of finding incorrect steps from a judge's step scores (higher score = more
+    likely correct): threshold-free, so score-based judges (PRMs) compare before any threshold is chosen.
+    Steps where gold or score is None are skipped; None unless both classes remain."""
+    from sklearn.metrics import roc_auc_score
+
+    pairs = [(g is False, 1.0 - s) for g, s in zip(gold, scores, strict=True) if g is not None and s is not None]
+    if len({flag for flag, _ in pairs}) < 2:
+        return None
+    return float(roc_auc_score([flag for flag, _ in pairs], [score for _, score in pairs]))
+
+
 def answer_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
     """VISCO's answer-level F1: one final-answer verdict per chain, same rules as `step_f1`."""
     return step_f1(gold, pred)
@@ -429,6 +458,10 @@ class MetricInfo:
 _REGISTRY = [
     MetricInfo("step_f1", step_f1, True, "pooled over all steps of all chains",
                "F1 of flagging incorrect steps (VISCO F1_s); unparseable = not flagged", "f1"),
+    MetricInfo("step_macro_f1", step_macro_f1, True, "mean of the two classes' F1, pooled over all steps",
+               "VisualProcessBench's macro F1 over incorrect and correct steps", "macro_f1"),
+    MetricInfo("step_auroc", step_auroc, True, "pooled over all steps with a score",
+               "ROC AUC of finding incorrect steps from the judge's step scores (threshold-free)"),
     MetricInfo("answer_f1", answer_f1, True, "pooled over chains",
                "F1 of flagging incorrect final answers (VISCO F1_a)", "f1"),
     MetricInfo("explanation_f1", explanation_f1, True, "pooled over steps, fractional true positives",

@@ -33,6 +33,8 @@ def columns(matcher_name: str) -> list[tuple]:
 
 # VISCO's failure patterns and the secondary correlations; a propagation bias of 1 is ideal, so no bold there.
 DIAGNOSTIC_COLUMNS = [
+    ("Step macro-F1", "critique", ("step", "macro_f1"), "step_macro_f1", 100),
+    ("Step AUROC", "critique", ("step", "auroc"), "step_auroc", 100),
     ("Flagged %", "critique", ("error_propagation", "predicted_incorrect_rate"), None, 100),
     ("Gold incorrect %", "critique", ("error_propagation", "gold_incorrect_rate"), None, 100),
     ("Propagation bias", "critique", ("error_propagation", "propagation_bias"), None, 1),

@@ -118,6 +118,10 @@ def critique_metrics(gold: list[dict], preds: list[dict], matcher) -> dict:
     n_outputs, n_invalid = sum(n for n, _ in counts), sum(k for _, k in counts)
 
     judge_steps = [step_scores(p) for p in preds]
+    macro = M.step_macro_f1(gold_steps, pred_steps) if gives(preds, "verdicts") else {
+        "f1_incorrect": None, "f1_correct": None, "macro_f1": None, "n": 0}
+    step = {**step, **{k: macro[k] for k in ("f1_incorrect", "f1_correct", "macro_f1")},
+            "auroc": M.step_auroc(gold_steps, [x for scores in judge_steps for x in scores])}
     correlation = {
         "step": _step_correlations(gold, judge_steps),
         # MiCEval App. D.3 reports step-level correlation per step type; a "both" step counts in each

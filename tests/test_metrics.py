@@ -354,3 +354,25 @@ def test_evaluate_modules_load_by_path_and_agree():
     f1_s = step_f1(gold[10:], pred[10:])["f1"]
     f1_e = explanation_match_f1(gold[10:], pred[10:], match[10:])["f1"]
     assert result["viscore"] == pytest.approx(viscore(f1_a, f1_s, f1_e))
+
+
+def test_step_macro_f1_is_visualprocessbenchs_mean_of_both_classes():
+    from stepcritic.eval.metrics import step_macro_f1
+
+    # incorrect class: tp 1, fp 0, fn 1 -> F1 2/3; correct class: tp 2, fp 1, fn 0 -> F1 0.8
+    got = step_macro_f1([False, False, True, True], [False, True, True, True])
+    assert got["f1_incorrect"] == pytest.approx(2 / 3) and got["f1_correct"] == pytest.approx(0.8)
+    assert got["macro_f1"] == pytest.approx((2 / 3 + 0.8) / 2)
+    # flagging nothing: step F1 is 0 and the macro mean shows it, though the correct class alone looks fine
+    nothing = step_macro_f1([False, True, True, True], [True] * 4)
+    assert nothing["f1_incorrect"] == 0.0 and nothing["macro_f1"] == pytest.approx(((6 / 7) + 0) / 2)
+    assert step_macro_f1([True, True], [True, False])["macro_f1"] is None  # no incorrect step: undefined
+
+
+def test_step_auroc_ranks_incorrect_steps_from_scores():
+    from stepcritic.eval.metrics import step_auroc
+
+    assert step_auroc([False, True, False, True], [0.1, 0.9, 0.2, 0.8]) == 1.0
+    assert step_auroc([False, True, False, True], [0.9, 0.1, 0.8, 0.2]) == 0.0
+    assert step_auroc([False, True, None], [0.5, 0.5, 0.0]) == 0.5  # ties: chance; gold None skipped
+    assert step_auroc([True, True], [0.2, 0.9]) is None and step_auroc([False, True], [None, None]) is None

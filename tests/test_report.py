@@ -63,7 +63,9 @@ def test_metrics_json_equals_the_metric_functions_applied_to_the_predictions(run
         got = metrics["judges"][name]["overall"]
         gold_steps = [s["correct"] for c in chains for s in c["steps"]]
         pred_steps = [v for c in chains for v in preds[c["chain_id"]]["verdicts"]]
-        assert got["critique"]["step"] == M.step_f1(gold_steps, pred_steps)
+        step, expected = got["critique"]["step"], M.step_f1(gold_steps, pred_steps)
+        assert {k: step[k] for k in expected} == expected
+        assert step["macro_f1"] == M.step_macro_f1(gold_steps, pred_steps)["macro_f1"]
         assert got["critique"]["answer"] == M.answer_f1([c["answer_correct"] for c in chains],
                                                         [preds[c["chain_id"]]["answer_correct"] for c in chains])
         records = [{"group_id": c["group_id"], "chain_id": c["chain_id"], "chain_correct": c["chain_correct"],
@@ -76,8 +78,9 @@ def test_metrics_json_equals_the_metric_functions_applied_to_the_predictions(run
         assert "chain_rpts" in got["critique"]["correlation"]
         reasoning = [c for c in chains if c["category"] == "reasoning"]
         by_cat = metrics["judges"][name]["by_category"]["reasoning"]["critique"]["step"]
-        assert by_cat == M.step_f1([s["correct"] for c in reasoning for s in c["steps"]],
-                                   [v for c in reasoning for v in preds[c["chain_id"]]["verdicts"]])
+        expected = M.step_f1([s["correct"] for c in reasoning for s in c["steps"]],
+                             [v for c in reasoning for v in preds[c["chain_id"]]["verdicts"]])
+        assert {k: by_cat[k] for k in expected} == expected
 
 
 def test_shiftcheck_numbers_come_from_the_cached_picks(run):
