@@ -262,10 +262,35 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
         writer.finalize()
         writer.close()
     dataset = DatasetDict({s: Dataset.from_file(paths[s]) for s in SPLITS})
-    info = {"chains_in": n_in, "sources": sources,
-            "groups": {s: len({r["group_id"] for r in split_ids[s]}) for s in SPLITS},
-            "chains": {s: len(split_ids[s]) for s in SPLITS}}
-    return dataset, produced, info
+    return dataset, produced, _split_info(n_in, sources, split_ids)
+
+
+def _memory_build(chains, kind: str, template, test_fraction: float, seed: int, mix: dict | None):
+    """Build any kind with every chain in memory (critique-pref and outcome-rm plan over a whole split)."""
+    from datasets import Dataset, DatasetDict
+
+    records = _canonical_chains(chains)
+    if not records:
+        raise BuildError("no chains to build from")
+    split_chains = split_by_group(records, test_fraction, seed)
+    produced = {}
+    for split in SPLITS:
+        produced[split] = _SplitRows()
+        BUILDERS[kind](split_chains[split], template, produced[split], seed=seed, pref_mix=mix)
+        produced[split].n_rows = len(produced[split].rows)
+    columns = features(kind)
+    # from_list([]) would yield a table without columns, which load_from_disk then rejects.
+    dataset = DatasetDict({split: Dataset.from_list(produced[split].rows, features=columns) if produced[split].rows
+                           else Dataset.from_dict({name: [] for name in columns}, features=columns)
+                           for split in SPLITS})
+    return dataset, produced, _split_info(len(records), Counter(c["source"] for c in records), split_chains)
+
+
+def _split_info(n_in: int, sources: Counter, split_chains: dict) -> dict:
+    """Chains read, their sources, and the groups and chains of each split (records with a group_id)."""
+    return {"chains_in": n_in, "sources": sources,
+            "groups": {s: len({c["group_id"] for c in split_chains[s]}) for s in SPLITS},
+            "chains": {s: len(split_chains[s]) for s in SPLITS}}
 
 
 def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts.PromptTemplate | None = None,
@@ -291,36 +316,14 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
 def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, seed: int = 0,
                   template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None) -> dict:
     """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats."""
-    from datasets import Dataset, DatasetDict
-
     from stepcritic.data_prep.card import write_card
 
     loaded_template, mix = check_options(kind, test_fraction, template, pref_mix)
-    columns = features(kind)
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_dir)), prefix=".build-") as tmp:
-        streamed = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp) \
+        built = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp) \
             if _streamable(chains, kind) else None
-        if streamed is not None:
-            dataset, produced, info = streamed
-        else:
-            records = _canonical_chains(chains)
-            if not records:
-                raise BuildError("no chains to build from")
-            split_chains = split_by_group(records, test_fraction, seed)
-            produced = {}
-            for split in SPLITS:
-                produced[split] = _SplitRows()
-                BUILDERS[kind](split_chains[split], loaded_template, produced[split], seed=seed, pref_mix=mix)
-                produced[split].n_rows = len(produced[split].rows)
-            info = {"chains_in": len(records), "sources": Counter(c["source"] for c in records),
-                    "groups": {s: len({c["group_id"] for c in split_chains[s]}) for s in SPLITS},
-                    "chains": {s: len(split_chains[s]) for s in SPLITS}}
-            # from_list([]) would yield a table without columns, which load_from_disk then rejects.
-            dataset = DatasetDict({split: Dataset.from_list(produced[split].rows, features=columns)
-                                   if produced[split].rows
-                                   else Dataset.from_dict({name: [] for name in columns}, features=columns)
-                                   for split in SPLITS})
+        dataset, produced, info = built or _memory_build(chains, kind, loaded_template, test_fraction, seed, mix)
         # datasets writes no shard at all for an empty split and then cannot load it back: force one.
         dataset.save_to_disk(out_dir, num_shards={split: 1 if len(dataset[split]) == 0 else None for split in SPLITS})
         del dataset  # release the memory-mapped temporary files before they are removed
