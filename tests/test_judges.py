@@ -285,8 +285,9 @@ def test_weights_digest_follows_the_weights(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_critic():
-    cache = pytest.importorskip("stepcritic.train.tiny_cache", reason="the tiny critic builder is absent")
-    return cache.tiny_critic_path()  # the shared build cache: built once, reused by every test file
+    from stepcritic.train.tiny_cache import tiny_critic_path
+
+    return tiny_critic_path()  # the shared build cache: built once, reused by every test file
 
 
 def test_hf_judge_with_an_untrained_tiny_model(tiny_critic):
