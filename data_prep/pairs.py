@@ -234,51 +234,30 @@ def corrupt_critique(chain: dict, mix: dict[str, float], pool: ExplanationPool,
 def _max_flow_plan(options: Counter, quotas: dict[str, int]) -> dict[tuple, Counter] | None:
     """How many chains of each option tuple take each corruption so that every quota is met exactly, or None.
 
-    A transportation problem on at most 2^6 option tuples and 6 corruptions: augmenting paths (Ford-Fulkerson)
-    on that small graph, never on the chains themselves.
+    A transportation problem on at most 2^6 option tuples and 6 corruptions, never on the chains themselves:
+    source -> option tuple (its chains) -> corruption it admits -> sink (the corruption's quota), solved as a
+    maximum flow by scipy. The graph is built in sorted order, so the plan never depends on the chains' order.
     """
-    options = dict(sorted(options.items()))  # the search order fixes the plan: never the chains' order
-    flow: dict[tuple, Counter] = {option: Counter() for option in options}
-    used = Counter()
-    while sum(used.values()) < sum(quotas.values()):
-        # breadth-first search from the corruptions still under quota back to an option tuple with spare chains
-        parents: dict = {}
-        frontier = [c for c in sorted(quotas) if used[c] < quotas[c]]
-        for c in frontier:
-            parents[("c", c)] = None
-        found = None
-        while frontier and found is None:
-            nxt = []
-            for c in frontier:
-                for option in options:
-                    if c not in option or ("o", option) in parents:
-                        continue
-                    parents[("o", option)] = ("c", c)
-                    if sum(flow[option].values()) < options[option]:
-                        found = option
-                        break
-                    for other, k in flow[option].items():  # reroute a chain of this option to `c`
-                        if k > 0 and ("c", other) not in parents:
-                            parents[("c", other)] = ("o", option)
-                            nxt.append(other)
-                if found is not None:
-                    break
-            frontier = nxt
-        if found is None:
-            return None
-        path = [("o", found)]
-        while parents[path[-1]] is not None:
-            path.append(parents[path[-1]])
-        # as many chains as the path carries: the found option's spare chains, the first corruption's missing
-        # pairs, and on each reroute the chains of that option that took the corruption being moved
-        delta = min(options[found] - sum(flow[found].values()), quotas[path[-1][1]] - used[path[-1][1]],
-                    *(flow[o][c] for (_, c), (_, o) in zip(path[1:-1:2], path[2::2])))
-        for (_, option), (_, c) in zip(path[0::2], path[1::2]):  # each option on the path takes its corruption
-            flow[option][c] += delta
-        for (_, c), (_, option) in zip(path[1:-1:2], path[2::2]):  # ... and gives up the one it passes on
-            flow[option][c] -= delta
-        used[path[-1][1]] += delta
-    return flow
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_flow
+
+    option_list, names = sorted(options), sorted(quotas)
+    first_name, sink = 1 + len(option_list), 1 + len(option_list) + len(names)
+    edges = []  # (from, to, capacity)
+    for i, option in enumerate(option_list, start=1):
+        edges.append((0, i, options[option]))
+        edges += [(i, first_name + j, options[option]) for j, name in enumerate(names) if name in option]
+    edges += [(first_name + j, sink, quotas[name]) for j, name in enumerate(names)]
+    start, end, capacity = zip(*edges)
+    graph = csr_matrix((np.array(capacity, dtype=np.int32), (start, end)), shape=(sink + 1, sink + 1))
+    result = maximum_flow(graph, 0, sink)
+    if result.flow_value < sum(quotas.values()):
+        return None
+    flow = result.flow.toarray()
+    return {option: Counter({name: int(flow[i, first_name + j]) for j, name in enumerate(names)
+                             if flow[i, first_name + j] > 0})
+            for i, option in enumerate(option_list, start=1)}
 
 
 def mix_quotas(options: Counter, mix: dict[str, float]) -> dict[str, int]:
