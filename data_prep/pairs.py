@@ -243,6 +243,10 @@ def _max_flow_plan(options: Counter, quotas: dict[str, int]) -> dict[tuple, Coun
     from scipy.sparse.csgraph import maximum_flow
 
     option_list, names = sorted(options), sorted(quotas)
+    if not sum(quotas.values()):
+        return {option: Counter() for option in option_list}
+    if not option_list:
+        return None
     first_name, sink = 1 + len(option_list), 1 + len(option_list) + len(names)
     edges = []  # (from, to, capacity)
     for i, option in enumerate(option_list, start=1):
