@@ -13,8 +13,9 @@ item; a predicted None (unparseable output) is an answer that flagged nothing. S
 (BiasRate on CMMU's 0-100 percentage scale; correction gain on [-1, 1]); a score that is undefined
 for the data given (no items, a constant input) is None, never a made-up 0.
 
-scipy and scikit-learn are imported inside the functions that use them, so importing this module
-(for the `METRICS` registry, say) costs only the standard library.
+Which of these `stepcritic eval` reports, under which key and direction, is registered in
+`stepcritic.eval.tasks`. scipy and scikit-learn are imported inside the functions that use them, so
+importing this module (for that registry, say) costs only the standard library.
 """
 
 from __future__ import annotations
@@ -22,11 +23,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import Callable
 
 from stepcritic.eval.matchers import ExplanationMatcher
-from stepcritic.eval.shiftcheck import shiftcheck
+from stepcritic.eval.shiftcheck import shiftcheck  # noqa: F401  (CMMU's metrics are read from here with the others)
 
 # RPTS lets the evaluator pick the decay and the focus height; the paper summary gives no default, so
 # we halve a step's weight for each level it sits away from the focus (the final step, by default).
@@ -136,6 +135,25 @@ def explanation_match_f1(gold: list[bool | None], pred: list[bool | None], match
             "n": n, "n_unreferenced": n_unreferenced}
 
 
+def explanation_match_scores(items: list[dict], matcher: ExplanationMatcher) -> list[float | None]:
+    """The per-step match scores behind `explanation_f1` (its `match` argument to `explanation_match_f1`).
+
+    Only an incorrect step flagged incorrect with an explanation is matched: the mean of `matcher` over its
+    reference critiques. A step without references scores None (read only for incorrect steps, which then
+    cannot be judged); any other step 0.
+    """
+    scores = []
+    for item in items:
+        refs, expl = item.get("references") or [], item.get("explanation")
+        if not refs:
+            scores.append(None)
+        elif item["gold"] is False and item["pred"] is False and expl:
+            scores.append(statistics.fmean(matcher(expl, ref) for ref in refs))
+        else:
+            scores.append(0.0)
+    return scores
+
+
 def explanation_f1(items: list[dict], matcher: ExplanationMatcher) -> dict:
     """VISCO's explanation-level F1 (F1_e).
 
@@ -146,19 +164,9 @@ def explanation_f1(items: list[dict], matcher: ExplanationMatcher) -> dict:
     Precision and recall use these fractional true positives (see `explanation_match_f1`). The report
     names the matcher, because F1_e from different matchers is not comparable.
     """
-    gold, pred, match = [], [], []
-    for item in items:
-        refs, expl = item.get("references") or [], item.get("explanation")
-        if not refs:
-            score = None  # read only for incorrect steps, which then cannot be judged
-        elif item["gold"] is False and item["pred"] is False and expl:
-            score = statistics.fmean(matcher(expl, ref) for ref in refs)
-        else:
-            score = 0.0
-        gold.append(item["gold"])
-        pred.append(item["pred"])
-        match.append(score)
-    return explanation_match_f1(gold, pred, match) | {"matcher": matcher.name}
+    match = explanation_match_scores(items, matcher)
+    return explanation_match_f1([i["gold"] for i in items], [i["pred"] for i in items], match) | {
+        "matcher": matcher.name}
 
 
 def viscore(f1_answer: float | None, f1_step: float | None, f1_explanation: float | None) -> float | None:
@@ -200,6 +208,28 @@ def verifier_accuracy(gold: list[str], pred: list[str | None], labels: list[str]
             "invalid_rate": y_pred.count(INVALID) / len(y_pred),
             "per_class_f1": {label: float(f) for label, f in zip(labels, per_class)},
             "macro_f1": float(per_class.mean()), "n": len(pairs)}
+
+
+def output_invalid_rate(counts: list[tuple[int, int]]) -> float | None:
+    """MiCEval's invalid rate (Sec. 6.1, Table 5), per output: counts holds (outputs, unreadable outputs) per
+    chain, so one unreadable verifier reply of a chain's four is 1 of 4, not a whole invalid chain. None
+    when no output was asked for."""
+    n_outputs = sum(n for n, _ in counts)
+    return sum(k for _, k in counts) / n_outputs if n_outputs else None
+
+
+def calibration(gold_incorrect: list[bool], p_incorrect: list[float], n_bins: int = 10) -> dict:
+    """Reliability curve and Brier score of a judge's step probabilities P(incorrect) against the gold
+    labels (True = the step is incorrect). Everything is None (empty curves) when there is no probability
+    or the steps are all of one class."""
+    if len(set(gold_incorrect)) < 2:
+        return {"mean_predicted": [], "fraction_incorrect": [], "brier": None, "n": len(gold_incorrect)}
+    from sklearn.calibration import calibration_curve
+    from sklearn.metrics import brier_score_loss
+
+    frac_incorrect, mean_p = calibration_curve(gold_incorrect, p_incorrect, n_bins=n_bins)
+    return {"mean_predicted": mean_p.tolist(), "fraction_incorrect": frac_incorrect.tolist(),
+            "brier": float(brier_score_loss(gold_incorrect, p_incorrect)), "n": len(gold_incorrect)}
 
 
 def _paired(a: list, b: list) -> tuple[list[float], list[float]]:
@@ -294,6 +324,24 @@ def miceval_chain_score(steps: list[dict], mode: str = "type") -> float | None:
     return _geometric_mean(step_scores) if step_scores else None
 
 
+def choice_ranking_hits(records: list[dict]) -> dict[str, dict]:
+    """Per counted group of `choice_ranking_accuracy`: {group_id: {"hit", "n_chains", "tie"}}, where `hit` is
+    the expected share of fully correct chains among the judge's top-scored ones (see there)."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        if r["chain_correct"] is not None:
+            groups[r["group_id"]].append(r)
+    hits = {}
+    for group_id, chains in groups.items():
+        if len({c["chain_correct"] for c in chains}) < 2:
+            continue
+        scores = [c["score"] for c in chains if c["score"] is not None]
+        top = [c for c in chains if c["score"] == max(scores)] if scores else chains
+        hits[group_id] = {"hit": sum(bool(c["chain_correct"]) for c in top) / len(top), "n_chains": len(chains),
+                          "tie": len(top) > 1}
+    return hits
+
+
 def choice_ranking_accuracy(records: list[dict]) -> dict:
     """MiCEval's choice ranking (App. D.1): does the judge's top-scored chain come out fully correct?
 
@@ -305,24 +353,11 @@ def choice_ranking_accuracy(records: list[dict]) -> dict:
     whose chains all lack a score is one big tie. Returns accuracy (None when no group counts or the
     judge scored no chain at all), n_groups, n_chains (in counted groups), n_ties (groups with a tie).
     """
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        if r["chain_correct"] is not None:
-            groups[r["group_id"]].append(r)
-    hits = 0.0
-    n_groups = n_chains = n_ties = 0
-    for chains in groups.values():
-        if len({c["chain_correct"] for c in chains}) < 2:
-            continue
-        n_groups += 1
-        n_chains += len(chains)
-        scores = [c["score"] for c in chains if c["score"] is not None]
-        top = [c for c in chains if c["score"] == max(scores)] if scores else chains
-        n_ties += len(top) > 1
-        hits += sum(bool(c["chain_correct"]) for c in top) / len(top)
+    hits = choice_ranking_hits(records).values()
     scored = any(r["score"] is not None for r in records)
-    return {"accuracy": hits / n_groups if n_groups and scored else None,
-            "n_groups": n_groups, "n_chains": n_chains, "n_ties": n_ties}
+    return {"accuracy": sum(h["hit"] for h in hits) / len(hits) if hits and scored else None,
+            "n_groups": len(hits), "n_chains": sum(h["n_chains"] for h in hits),
+            "n_ties": sum(h["tie"] for h in hits)}
 
 
 # ----------------------------------------------------------------------------- RPTS: tree-weighted scores
@@ -438,67 +473,3 @@ def error_propagation(gold_chains: list[list[bool | None]], pred_chains: list[li
             "odds_ratio_gold": odds_gold, "odds_ratio_pred": odds_pred,
             "propagation_bias": None if odds_pred is None or odds_gold is None else odds_pred / odds_gold,
             "table_gold": gold_table, "table_pred": pred_table, "n_steps": n, "n_chains": len(gold_chains)}
-
-
-# ----------------------------------------------------------------------------- registry
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """How to read one metric: `fn` computes it, `key` names the headline number in fn's dict (None: fn
-    returns the number itself), `aggregation` says what it is averaged or pooled over."""
-
-    name: str
-    fn: Callable
-    higher_is_better: bool
-    aggregation: str
-    description: str
-    key: str | None = None
-
-
-_REGISTRY = [
-    MetricInfo("step_f1", step_f1, True, "pooled over all steps of all chains",
-               "F1 of flagging incorrect steps (VISCO F1_s); unparseable = not flagged", "f1"),
-    MetricInfo("step_macro_f1", step_macro_f1, True, "mean of the two classes' F1, pooled over all steps",
-               "VisualProcessBench's macro F1 over incorrect and correct steps", "macro_f1"),
-    MetricInfo("step_auroc", step_auroc, True, "pooled over all steps with a score",
-               "ROC AUC of finding incorrect steps from the judge's step scores (threshold-free)"),
-    MetricInfo("answer_f1", answer_f1, True, "pooled over chains",
-               "F1 of flagging incorrect final answers (VISCO F1_a)", "f1"),
-    MetricInfo("explanation_f1", explanation_f1, True, "pooled over steps, fractional true positives",
-               "step F1 counting a hit only if the explanation matches the reference error (VISCO F1_e)", "f1"),
-    MetricInfo("viscore", viscore, True, "geometric mean of answer, step and explanation F1",
-               "VISCO's holistic critique score"),
-    MetricInfo("verifier_accuracy", verifier_accuracy, True, "mean over items",
-               "label accuracy, invalid outputs counted wrong (MiCEval verifier)", "accuracy"),
-    MetricInfo("verifier_macro_f1", verifier_accuracy, True, "mean over classes of per-class F1",
-               "macro F1 of verifier labels, invalid outputs counted wrong", "macro_f1"),
-    MetricInfo("invalid_rate", verifier_accuracy, False, "mean over items",
-               "share of verifier outputs outside the label set", "invalid_rate"),
-    MetricInfo("somers_d", somers_d, True, "over items scored by both human and judge",
-               "Somers' D(judge | human), MiCEval's human correlation", "d"),
-    MetricInfo("spearman", spearman, True, "over items scored by both human and judge",
-               "Spearman rank correlation with human scores", "rho"),
-    MetricInfo("miceval_chain_score", miceval_chain_score, True, "geometric mean over the steps of one chain",
-               "MiCEval MCoT correctness from per-aspect step scores"),
-    MetricInfo("choice_ranking_accuracy", choice_ranking_accuracy, True, "mean over groups with mixed chains",
-               "share of groups whose top-scored chain is fully correct (a tie scores its share of correct chains)",
-               "accuracy"),
-    MetricInfo("circular_accuracy", shiftcheck, True, "mean over complete shift groups",
-               "CMMU ShiftCheck: right under every circular shift of the options", "circular_accuracy"),
-    MetricInfo("consistency", shiftcheck, True, "mean over complete shift groups",
-               "same option content chosen under every shift", "consistency"),
-    MetricInfo("bias_rate", shiftcheck, False, "variance over positions, failed 4-option groups",
-               "CMMU BiasRate: variance of pick percentages (0-100 scale) per position", "bias_rate"),
-    MetricInfo("rpts", rpts_chain, True, "height-weighted mean over the steps of one chain",
-               "RPTS tree-weighted step score"),
-    MetricInfo("correction_gain", correction_gain, True, "PCR minus NCR over items",
-               "VISCO correction gain", "gain"),
-    MetricInfo("pcr", correction_gain, True, "mean over initially incorrect items",
-               "positive correction ratio: errors fixed", "pcr"),
-    MetricInfo("ncr", correction_gain, False, "mean over initially correct items",
-               "negative correction ratio: correct answers broken", "ncr"),
-    MetricInfo("error_propagation_bias", error_propagation, False, "ratio of two odds ratios over steps",
-               "critic's over-assumption of error propagation; 1 is ideal, above 1 is VISCO's failure pattern",
-               "propagation_bias"),
-]
-METRICS: dict[str, MetricInfo] = {info.name: info for info in _REGISTRY}

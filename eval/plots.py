@@ -97,7 +97,11 @@ def somers_d(metrics: dict, path: str) -> bool:
     critiques = _critiques(metrics)
     if not critiques:
         return False
-    levels = sorted({level for c in critiques.values() for level in c["correlation"]})
+    # a level no judge has a value at (RPTS without premise annotations, say) would only draw empty bars
+    levels = sorted({level for c in critiques.values() for level, corr in c["correlation"].items()
+                     if corr.get("d") is not None})
+    if not levels:
+        return False
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(critiques)), 3.5))
     width = 0.8 / len(levels)
@@ -115,7 +119,8 @@ def somers_d(metrics: dict, path: str) -> bool:
 
 
 def calibration(metrics: dict, path: str) -> bool:
-    curves = {name: c["calibration"] for name, c in _critiques(metrics).items() if c.get("calibration")}
+    curves = {name: c["calibration"] for name, c in _critiques(metrics).items()
+              if (c.get("calibration") or {}).get("brier") is not None}
     if not curves:
         return False
     plt = _plt()

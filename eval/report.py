@@ -1,77 +1,52 @@
 """`report.md` and the plots, rendered from the numbers `results.compute_metrics` returns.
 
-A leaderboard in the papers' style (scores x100, the best value per column in bold, direction taken from
-`metrics.METRICS`), VISCO's diagnostics and one table per category. Nothing here computes a metric.
+Every table iterates the metric registry (`stepcritic.eval.tasks`): a leaderboard in the papers' style
+(scores x100, the best value per column in bold in the metric's direction, a bootstrap interval after each
+headline value), VISCO's diagnostics, one table per source, generator, category and step type when the data
+has more than one, and a glossary of the metrics shown. Nothing here computes a metric.
 """
 
 from __future__ import annotations
 
 import os
 
-from stepcritic.eval import metrics as M
+from stepcritic.eval import tasks as T
 
 
-def columns(matcher_name: str) -> list[tuple]:
-    """Leaderboard columns: (header, task, path in the task's metrics, METRICS entry giving the
-    direction or None for no bold, scale)."""
-    return [
-        ("Step P", "critique", ("step", "precision"), "step_f1", 100),
-        ("Step R", "critique", ("step", "recall"), "step_f1", 100),
-        ("Step F1", "critique", ("step", "f1"), "step_f1", 100),
-        ("Answer F1", "critique", ("answer", "f1"), "answer_f1", 100),
-        (f"Expl. F1 ({matcher_name})", "critique", ("explanation", "f1"), "explanation_f1", 100),
-        ("VISCore", "critique", ("viscore",), "viscore", 100),
-        ("Invalid %", "critique", ("invalid_rate",), "invalid_rate", 100),
-        ("Somers' D step", "critique", ("correlation", "step", "d"), "somers_d", 100),
-        ("Somers' D chain", "critique", ("correlation", "chain", "d"), "somers_d", 100),
-        ("Choice rank.", "choice", ("accuracy",), "choice_ranking_accuracy", 100),
-        ("ShiftCheck acc", "shiftcheck", ("circular_accuracy",), "circular_accuracy", 100),
-        ("Consistency", "shiftcheck", ("consistency",), "consistency", 100),
-        ("BiasRate", "shiftcheck", ("bias_rate",), "bias_rate", 1),
-    ]
+def columns(tasks, table: str = "leaderboard", levels=None) -> list[T.Metric]:
+    """The registered metrics of `tasks` shown in `table`, optionally only those of some levels."""
+    return [m for m in T.metrics_for(tasks, table) if levels is None or m.level in levels]
 
 
-# VISCO's failure patterns and the secondary correlations; a propagation bias of 1 is ideal, so no bold there.
-DIAGNOSTIC_COLUMNS = [
-    ("Step macro-F1", "critique", ("step", "macro_f1"), "step_macro_f1", 100),
-    ("Step AUROC", "critique", ("step", "auroc"), "step_auroc", 100),
-    ("Flagged %", "critique", ("error_propagation", "predicted_incorrect_rate"), None, 100),
-    ("Gold incorrect %", "critique", ("error_propagation", "gold_incorrect_rate"), None, 100),
-    ("Propagation bias", "critique", ("error_propagation", "propagation_bias"), None, 1),
-    ("Spearman step", "critique", ("correlation", "step", "rho"), "spearman", 100),
-    ("Spearman chain", "critique", ("correlation", "chain", "rho"), "spearman", 100),
-    ("Somers' D desc. steps", "critique", ("correlation", "step_description", "d"), "somers_d", 100),
-    ("Somers' D reas. steps", "critique", ("correlation", "step_reasoning", "d"), "somers_d", 100),
-    ("Somers' D RPTS chain", "critique", ("correlation", "chain_rpts", "d"), "somers_d", 100),
-    ("Brier", "critique", ("calibration", "brier"), None, 1),
-]
+def _number(value: float, scale: int) -> str:
+    return f"{value * scale:.{1 if scale == 100 else 2}f}"
 
 
-def lookup(sec: dict, task: str, path: tuple):
-    value = sec.get(task)
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
+def cell(value, ci, scale: int, bold: bool) -> str:
+    """"53.0 [47.0, 59.0]": the value (bold when best) and its interval; "–" when undefined, never bold."""
+    if value is None:
+        return "–"
+    text = _number(value, scale)
+    text = f"**{text}**" if bold else text
+    return f"{text} [{_number(ci[0], scale)}, {_number(ci[1], scale)}]" if ci else text
 
 
-def leaderboard(sections: dict, tasks, matcher_name: str, cols: list[tuple] | None = None) -> str:
+def leaderboard(sections: dict, tasks, matcher_name: str, metrics: list[T.Metric] | None = None) -> str:
     """A markdown table, one row per judge; the best value of each column in bold."""
-    cols = [c for c in (cols or columns(matcher_name)) if c[1] in tasks]
-    cells = {name: [lookup(sec, task, path) for _, task, path, _, _ in cols] for name, sec in sections.items()}
+    cols = [m for m in (columns(tasks) if metrics is None else metrics) if m.task in tasks]
+    values = {name: [T.lookup(sec, m) for m in cols] for name, sec in sections.items()}
     best = []
-    for j, (_, _, _, metric, scale) in enumerate(cols):
-        values = [round(v[j] * scale, 1) for v in cells.values() if v[j] is not None]
-        if metric is None or len(set(values)) < 2:  # no direction, or nothing to single out
+    for j, m in enumerate(cols):
+        shown = [round(v[j] * m.scale, 1) for v in values.values() if v[j] is not None]
+        if m.higher_is_better is None or len(set(shown)) < 2:  # no direction, or nothing to single out
             best.append(None)
         else:
-            best.append((max if M.METRICS[metric].higher_is_better else min)(values))
-    lines = ["| Judge | " + " | ".join(c[0] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for name, values in cells.items():
-        row = []
-        for value, (_, _, _, _, scale), top in zip(values, cols, best):
-            text = "–" if value is None else f"{value * scale:.{1 if scale == 100 else 2}f}"
-            row.append(f"**{text}**" if top is not None and value is not None and round(value * scale, 1) == top
-                       else text)
+            best.append((max if m.higher_is_better else min)(shown))
+    lines = ["| Judge | " + " | ".join(m.display.format(matcher=matcher_name) for m in cols) + " |",
+             "|---" * (len(cols) + 1) + "|"]
+    for name, sec in sections.items():
+        row = [cell(v, T.lookup(sec, m, ci=True), m.scale, top is not None and v is not None
+                    and round(v * m.scale, 1) == top) for v, m, top in zip(values[name], cols, best)]
         lines.append(f"| `{name}` | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -88,18 +63,63 @@ def _shiftcheck_notes(metrics: dict) -> list[str]:
     return lines
 
 
+FIELD_TITLES = {"source": "source", "generator": "generator", "category": "category", "step_type": "step type"}
+
+
+def _judges_line(metrics: dict) -> list[str]:
+    earlier = metrics.get("earlier_judges") or {}
+    lines = []
+    if earlier.get("included"):
+        lines.append("From earlier commands into this folder, read back from their cached judgments: "
+                     + ", ".join(f"`{n}`" for n in earlier["included"]) + ".")
+    if earlier.get("left_out"):
+        lines.append("Left out, their cache lacks some of these chains or questions (rerun them to include them): "
+                     + ", ".join(f"`{n}`" for n in earlier["left_out"]) + ".")
+    return [" ".join(lines), ""] if lines else []
+
+
+def _breakdowns(metrics: dict) -> list[str]:
+    tasks, matcher, parts = metrics["tasks"], metrics["matcher"], []
+    for field, spec in metrics.get("breakdowns", {}).items():
+        title = FIELD_TITLES.get(field, field)
+        parts += [f"## By {title}", ""]
+        if "group" not in spec["levels"]:
+            parts += [("Step-level metrics only: a step type is not a set of whole chains." if field == "step_type"
+                       else f"The chains of one question differ in {title}: question-level metrics (choice "
+                       "ranking, ShiftCheck) are not split by it."), ""]
+        for value in spec["values"]:
+            sections = {name: r["breakdowns"][field][value] for name, r in metrics["judges"].items()}
+            parts += [f"### {value} ({spec['counts'][value]} {spec['unit']})", "",
+                      leaderboard(sections, tasks, matcher, columns(tasks, levels=spec["levels"])), ""]
+    return parts
+
+
+def _glossary(tasks, matcher: str) -> list[str]:
+    lines = ["## Metrics", ""]
+    direction = {True: ", higher is better", False: ", lower is better", None: ""}
+    for m in T.metrics_for(tasks):
+        lines.append(f"- **{m.display.format(matcher=matcher)}** ({m.task}): {m.description}; {m.aggregation}"
+                     f"{direction[m.higher_is_better]}. \"–\" when {m.undefined}.")
+    return lines + [""]
+
+
 def render(metrics: dict) -> str:
     tasks, matcher = metrics["tasks"], metrics["matcher"]
     overall = {name: r["overall"] for name, r in metrics["judges"].items()}
+    boot = metrics.get("bootstrap") or {}
     parts = [
         "# StepCritic evaluation report", "",
-        f"{metrics['n_chains']} chains, {metrics['n_steps']} steps; tasks: {', '.join(tasks)}.", "",
+        f"{metrics['n_chains']} chains, {metrics['n_steps']} steps, {metrics.get('n_questions', '?')} questions; "
+        f"tasks: {', '.join(tasks)}.", "",
+        *_judges_line(metrics),
         "Scores x100 (BiasRate: CMMU's variance of 0-100 position percentages over failed 4-option groups, "
         "lower is better). Step/answer/explanation F1 take an incorrect step as the positive class (VISCO); "
         f"explanation F1 uses the `{matcher}` matcher. Somers' D compares judge step scores with human step "
         "scores and judge chain scores with the chain's human good/bad label (MiCEval). \"–\": the metric "
         "cannot be computed for that judge or data (no step verdicts, no reference critiques...). Best "
-        "value per column in bold.", "",
+        "value per column in bold."
+        + (f" Brackets: {100 * boot['level']:.0f}% bootstrap interval of a headline metric, resampling whole "
+           f"questions ({boot['resamples']} resamples, seed {boot['seed']}, percentile method)." if boot else ""), "",
         "## Leaderboard", "", leaderboard(overall, tasks, matcher), "",
     ]
     choice = next((r["overall"].get("choice") for r in metrics["judges"].values()), None)
@@ -110,15 +130,15 @@ def render(metrics: dict) -> str:
     if "shiftcheck" in tasks:
         parts += ["ShiftCheck (every circular shift of up to 4 chains per group must pick the one fully "
                   "correct chain):", *_shiftcheck_notes(metrics), ""]
-    if "critique" in tasks:
+    diagnostics = columns(tasks, "diagnostics")
+    if diagnostics:
         parts += ["## Diagnostics", "",
                   "Flagged % vs gold incorrect %: VISCO's reluctance to say \"incorrect\". Propagation bias: odds "
                   "ratio of flagging after an earlier flag, judge over gold (1 ideal, > 1 = assumes errors "
                   "propagate). Brier: calibration of p_incorrect (lower is better).", "",
-                  leaderboard(overall, tasks, matcher, DIAGNOSTIC_COLUMNS), ""]
-    for category in metrics["categories"] if len(metrics["categories"]) > 1 else []:
-        sections = {name: r["by_category"][category] for name, r in metrics["judges"].items()}
-        parts += [f"## Category: {category}", "", leaderboard(sections, tasks, matcher), ""]
+                  leaderboard(overall, tasks, matcher, diagnostics), ""]
+    parts += _breakdowns(metrics)
+    parts += _glossary(tasks, matcher)
     parts += ["## Plots", ""] + [f"![{name}](plots/{name}.png)" for name in metrics.get("plots", [])]
     return "\n".join(parts) + "\n"
 
@@ -136,18 +156,15 @@ def write_report(metrics: dict, out_dir: str) -> None:
 
 
 def summary_line(name: str, result: dict) -> str:
-    """One line per judge for the terminal."""
+    """One line per judge for the terminal: its headline metrics."""
     sec, run = result["overall"], result.get("run", {})
     parts = [f"{name}:"]
     counts = run.get("critiques")
     if counts:
         parts.append(f"{counts['judged']} chains judged, {counts['cached']} from cache;")
-    shown = [("step F1", "critique", ("step", "f1")), ("answer F1", "critique", ("answer", "f1")),
-             ("VISCore", "critique", ("viscore",)), ("invalid %", "critique", ("invalid_rate",)),
-             ("Somers' D chain", "critique", ("correlation", "chain", "d")), ("choice", "choice", ("accuracy",)),
-             ("ShiftCheck", "shiftcheck", ("circular_accuracy",))]
-    for label, task, path in shown:
-        if task in sec:
-            value = lookup(sec, task, path)
-            parts.append(f"{label} {'–' if value is None else f'{100 * value:.1f}'}")
+    if run.get("earlier_command"):
+        parts.append("(from an earlier command's cache)")
+    for m in (m for m in T.metrics_for(sec) if m.headline):
+        value = T.lookup(sec, m)
+        parts.append(f"{m.display.format(matcher='')} {'–' if value is None else _number(value, m.scale)}")
     return " ".join(parts)

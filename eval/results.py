@@ -1,8 +1,10 @@
 """From gold labels and judges' predictions to the numbers of `metrics.json`: plain data, no rendering.
 
-`compute_metrics` applies the functions of `stepcritic.eval.metrics` to every judge, over all chains
-and per `category`. `report` renders these numbers (markdown, plots); anything else can render them
-differently from `metrics.json` alone.
+`compute_metrics` computes, for every judge, the section of each task asked (`TASK_SECTIONS`, applying the
+functions of `stepcritic.eval.metrics`), checks that it holds every metric `stepcritic.eval.tasks` registers
+for that task, adds bootstrap intervals over questions to the headline metrics (`intervals`), and does the
+same per source, generator, category and step type wherever the data has more than one. `report` renders
+these numbers (markdown, plots); anything else can render them differently from `metrics.json` alone.
 
 Judge scores used for correlations and ranking:
 - step score: 1 - p_incorrect when the judge gives a probability, else its verdict (1 correct, 0 not).
@@ -19,11 +21,14 @@ one that writes no explanations or on data without reference critiques (and VISC
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
 
 from stepcritic.eval import metrics as M
+from stepcritic.eval import tasks as T
 from stepcritic.eval.matchers import MATCHERS
 
-CALIBRATION_BINS = 10
+# what the report breaks every table down by, whenever the data holds more than one value of it
+BREAKDOWNS = ("source", "generator", "category", "step_type")
 
 
 # ----------------------------------------------------------------------------- judge scores
@@ -74,22 +79,11 @@ def _undefined(result: dict) -> dict:
     return result | {k: None for k in ("precision", "recall", "f1")}
 
 
-# ----------------------------------------------------------------------------- metrics
+# ----------------------------------------------------------------------------- task sections
 
 def _correlations(human: list, judge: list) -> dict:
     somers = M.somers_d(human, judge)
     return {"d": somers["d"], "rho": M.spearman(human, judge)["rho"], "n": somers["n"]}
-
-
-def _calibration(gold_flags: list[bool], p_incorrect: list[float]) -> dict | None:
-    if len(set(gold_flags)) < 2:
-        return None
-    from sklearn.calibration import calibration_curve
-    from sklearn.metrics import brier_score_loss
-
-    frac_incorrect, mean_p = calibration_curve(gold_flags, p_incorrect, n_bins=CALIBRATION_BINS)
-    return {"mean_predicted": mean_p.tolist(), "fraction_incorrect": frac_incorrect.tolist(),
-            "brier": float(brier_score_loss(gold_flags, p_incorrect)), "n": len(gold_flags)}
 
 
 def _step_correlations(gold: list[dict], judge_steps: list[list], keep=lambda step: True) -> dict:
@@ -97,9 +91,25 @@ def _step_correlations(gold: list[dict], judge_steps: list[list], keep=lambda st
     return _correlations(human, [x for scores in judge_steps for x in scores])
 
 
-def critique_metrics(gold: list[dict], preds: list[dict], matcher) -> dict:
+def explanation_items(gold: list[dict], preds: list[dict]) -> list[dict]:
+    """One item per step for `metrics.explanation_f1`: gold and predicted verdict, explanation, references."""
+    return [{"gold": s["correct"], "pred": v, "references": s["explanations"],
+             "explanation": (p.get("explanations") or [None] * len(p["verdicts"]))[i]}
+            for c, p in zip(gold, preds) for i, (s, v) in enumerate(zip(c["steps"], p["verdicts"]))]
+
+
+def explanation_matches(gold: list[dict], preds: list[dict], matcher) -> list[list[float | None]]:
+    """Per chain, per step, the matcher's score (`metrics.explanation_match_scores`): computed once per judge,
+    then sliced for every breakdown, so a slow matcher (an LLM) is asked once per explanation."""
+    flat = iter(M.explanation_match_scores(explanation_items(gold, preds), matcher))
+    return [[next(flat) for _ in c["steps"]] for c in gold]
+
+
+def critique_metrics(gold: list[dict], preds: list[dict], matcher, matches: list[list] | None = None) -> dict:
     from stepcritic.data_prep.schema import describes, reasons
 
+    if matches is None:
+        matches = explanation_matches(gold, preds, matcher)
     gold_steps = [s["correct"] for c in gold for s in c["steps"]]
     pred_steps = [v for p in preds for v in p["verdicts"]]
     step = M.step_f1(gold_steps, pred_steps)
@@ -108,14 +118,11 @@ def critique_metrics(gold: list[dict], preds: list[dict], matcher) -> dict:
     answer = M.answer_f1([c["answer_correct"] for c in gold], [p["answer_correct"] for p in preds])
     if not gives(preds, "answer_correct"):
         answer = _undefined(answer)
-    items = [{"gold": s["correct"], "pred": v, "references": s["explanations"],
-              "explanation": (p.get("explanations") or [None] * len(p["verdicts"]))[i]}
-             for c, p in zip(gold, preds) for i, (s, v) in enumerate(zip(c["steps"], p["verdicts"]))]
-    explanation = M.explanation_f1(items, matcher)
+    explanation = M.explanation_match_f1(gold_steps, pred_steps, [m for chain in matches for m in chain]) | {
+        "matcher": matcher.name}
     if all(p.get("explanations") is None for p in preds):  # the judge kind writes no explanations
         explanation = _undefined(explanation)
     counts = [output_counts(p) for p in preds]
-    n_outputs, n_invalid = sum(n for n, _ in counts), sum(k for _, k in counts)
 
     judge_steps = [step_scores(p) for p in preds]
     macro = M.step_macro_f1(gold_steps, pred_steps) if gives(preds, "verdicts") else {
@@ -128,6 +135,7 @@ def critique_metrics(gold: list[dict], preds: list[dict], matcher) -> dict:
         "step_description": _step_correlations(gold, judge_steps, describes),
         "step_reasoning": _step_correlations(gold, judge_steps, reasons),
         "chain": _correlations([human_chain_score(c) for c in gold], [chain_score(p) for p in preds]),
+        "chain_rpts": {"d": None, "rho": None, "n": 0},
     }
     annotated = [i for i, c in enumerate(gold) if all(s["premises"] is not None for s in c["steps"])]
     if annotated:  # RPTS needs the premise tree; chains without premise annotations are left out
@@ -140,8 +148,8 @@ def critique_metrics(gold: list[dict], preds: list[dict], matcher) -> dict:
                         for g, p in zip((s["correct"] for s in c["steps"]), pred["p_incorrect"])
                         if g is not None and p is not None]
     return {
-        "n_chains": len(gold), "n_outputs": n_outputs, "n_invalid": n_invalid,
-        "invalid_rate": n_invalid / n_outputs if n_outputs else None,
+        "n_chains": len(gold), "n_outputs": sum(n for n, _ in counts), "n_invalid": sum(k for _, k in counts),
+        "invalid_rate": M.output_invalid_rate(counts),
         "step": step, "confusion": {"tp": step["tp"], "fp": step["fp"], "fn": step["fn"],
                                     "tn": step["n"] - step["tp"] - step["fp"] - step["fn"]},
         "answer": answer, "explanation": explanation,
@@ -149,47 +157,155 @@ def critique_metrics(gold: list[dict], preds: list[dict], matcher) -> dict:
         "correlation": correlation,
         "error_propagation": M.error_propagation([[s["correct"] for s in c["steps"]] for c in gold],
                                                  [p["verdicts"] for p in preds]),
-        "calibration": _calibration(*zip(*with_probability)) if with_probability else None,
+        "calibration": M.calibration(*map(list, zip(*with_probability)) if with_probability else ([], [])),
     }
 
 
+def choice_records(gold: list[dict], preds: list[dict]) -> list[dict]:
+    return [{"group_id": c["group_id"], "chain_id": c["chain_id"], "chain_correct": c["chain_correct"],
+             "score": chain_score(p)} for c, p in zip(gold, preds)]
+
+
 def choice_metrics(gold: list[dict], preds: list[dict]) -> dict:
-    records = [{"group_id": c["group_id"], "chain_id": c["chain_id"], "chain_correct": c["chain_correct"],
-                "score": chain_score(p)} for c, p in zip(gold, preds)]
     n_own = sum(p.get("chain_score") is not None for p in preds)
     source = ("chain_score" if n_own == len(preds) else
               "fraction of steps judged correct" if n_own == 0 else "chain_score, else fraction judged correct")
-    return M.choice_ranking_accuracy(records) | {"score": source}
+    return M.choice_ranking_accuracy(choice_records(gold, preds)) | {"score": source}
 
 
-def section(gold: list[dict], preds: list[dict], picks: list[dict], tasks, matcher) -> dict:
+class JudgeData:
+    """What one judge's sections are computed from: gold and predictions of the chains in view, the ShiftCheck
+    picks about their questions, and the explanation matches of their steps."""
+
+    def __init__(self, gold: list[dict], preds: list[dict], picks: list[dict], matcher, matches: list[list]):
+        self.gold, self.preds, self.picks, self.matcher, self.matches = gold, preds, picks, matcher, matches
+
+    def chains(self, keep: list[int]) -> "JudgeData":
+        groups = {self.gold[i]["group_id"] for i in keep}
+        return JudgeData([self.gold[i] for i in keep], [self.preds[i] for i in keep] if self.preds else [],
+                         [q for q in self.picks if q["group_id"] in groups], self.matcher,
+                         [self.matches[i] for i in keep] if self.matches else [])
+
+    def steps(self, keep) -> "JudgeData":
+        """Only the steps `keep(step)` accepts (chains left without a step are dropped): step-level metrics only."""
+        gold, preds, matches = [], [], []
+        for c, p, m in zip(self.gold, self.preds, self.matches):
+            idx = [i for i, s in enumerate(c["steps"]) if keep(s)]
+            if not idx:
+                continue
+            # premise links point into the whole chain: a slice of it has no tree
+            gold.append(dict(c, steps=[dict(c["steps"][i], premises=None) for i in idx]))
+            preds.append(dict(p, **{f: [p[f][i] for i in idx] for f in ("verdicts", "p_incorrect", "explanations")
+                                    if p.get(f) is not None}))
+            matches.append([m[i] for i in idx])
+        return JudgeData(gold, preds, [], self.matcher, matches)
+
+
+# the section of each registered task, from one judge's data; a new task adds its function here
+TASK_SECTIONS = {
+    "critique": lambda d: critique_metrics(d.gold, d.preds, d.matcher, d.matches),
+    "choice": lambda d: choice_metrics(d.gold, d.preds),
+    "shiftcheck": lambda d: M.shiftcheck(d.picks),
+}
+
+
+# ----------------------------------------------------------------------------- sections, intervals, breakdowns
+
+def section(data: JudgeData, tasks, levels=None) -> dict:
+    """Every task's metrics for one judge, with bootstrap intervals on the headline ones.
+
+    `levels` keeps only the registered metrics of those levels (a step-type breakdown: step metrics only).
+    A registered metric missing from a task's section is a bug (the registry and the computation drifted
+    apart), raised here rather than shown as "–".
+    """
+    from stepcritic.eval.intervals import add_intervals
+
     out = {}
-    if "critique" in tasks:
-        out["critique"] = critique_metrics(gold, preds, matcher)
-    if "choice" in tasks:
-        out["choice"] = choice_metrics(gold, preds)
-    if "shiftcheck" in tasks:
-        out["shiftcheck"] = M.shiftcheck(picks)
+    for task in tasks:
+        if task not in TASK_SECTIONS:
+            raise KeyError(f"task {task!r} is registered in eval/tasks.py but has no section in TASK_SECTIONS")
+        out[task] = TASK_SECTIONS[task](data)
+        missing = [m.key for m in T.metrics_for([task]) if not T.has(out, m)]
+        if missing:
+            raise KeyError(f"task {task!r} computed no {missing}, which eval/tasks.py registers")
+    add_intervals(out, data, tasks)
+    return out if levels is None else _only(out, [m for m in T.metrics_for(tasks) if m.level in levels])
+
+
+def _only(sec: dict, metrics: list) -> dict:
+    """The registered values (and intervals) of `metrics` alone, in the same nesting: the rest of a section
+    computed on a slice of each chain's steps (chain scores, propagation) would describe no real chain."""
+    kept: dict = {}
+    for m in metrics:
+        for key in (m.key, m.ci_key):
+            found, value = T.find(sec, m.task, key)
+            if found:
+                *parents, leaf = [m.task, *key.split(".")]
+                node = kept
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[leaf] = value
+    return kept
+
+
+def breakdown_plan(gold: list[dict]) -> dict:
+    """For each field of `BREAKDOWNS` with more than one value: its values, how many chains (steps) each
+    has, and the metric levels its tables can show. A field that differs between the chains of one question
+    (the generator, usually) cannot split a comparison of those chains: group metrics are left out there."""
+    plan = {}
+    for field in BREAKDOWNS:
+        if field == "step_type":
+            counts = defaultdict(int)
+            for c in gold:
+                for s in c["steps"]:
+                    if s["type"] is not None:
+                        counts[s["type"]] += 1
+            unit, levels = "steps", ["step"]
+        else:
+            counts = defaultdict(int)
+            by_group = defaultdict(set)
+            for c in gold:
+                by_group[c["group_id"]].add(c.get(field))
+                if c.get(field) is not None:
+                    counts[c[field]] += 1
+            unit = "chains"
+            levels = ["step", "chain"] + (["group"] if all(len(v) == 1 for v in by_group.values()) else [])
+        if len(counts) > 1:
+            plan[field] = {"values": sorted(counts), "counts": {k: counts[k] for k in sorted(counts)},
+                           "unit": unit, "levels": levels}
+    return plan
+
+
+def _breakdown(data: JudgeData, tasks, field: str, spec: dict) -> dict:
+    out = {}
+    for value in spec["values"]:
+        if field == "step_type":
+            part = data.steps(lambda s, value=value: s["type"] == value)
+            out[value] = section(part, ["critique"] if "critique" in tasks else [], levels=spec["levels"])
+        else:
+            keep = [i for i, c in enumerate(data.gold) if c.get(field) == value]
+            shown = [t for t in tasks if any(m.level in spec["levels"] for m in T.metrics_for([t]))]
+            out[value] = section(data.chains(keep), shown)
     return out
 
 
 def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, matcher: str = "lexical") -> dict:
-    """metrics.json: per judge, every applicable metric overall and per category, with counts.
+    """metrics.json: per judge, every registered metric of `tasks` overall and per breakdown value, with counts.
 
-    predictions[judge] lists one prediction per gold chain, in gold order; picks[judge] the ShiftCheck
-    records (each with `category`).
+    predictions[judge] lists one prediction per gold chain, in gold order (empty when no task needs
+    critiques); picks[judge] the ShiftCheck records (each with `group_id`).
     """
+    from stepcritic.eval.bootstrap import settings
+
     match = MATCHERS[matcher]()
-    categories = sorted({c["category"] for c in gold if c["category"] is not None})
+    plan = {field: spec for field, spec in breakdown_plan(gold).items()
+            if any(m.level in spec["levels"] for m in T.metrics_for(tasks))}
     judges = {}
-    for name in predictions:
-        preds = predictions[name]
-        result = {"overall": section(gold, preds, picks[name], tasks, match), "by_category": {}}
-        for category in categories:
-            keep = [i for i, c in enumerate(gold) if c["category"] == category]
-            result["by_category"][category] = section(
-                [gold[i] for i in keep], [preds[i] for i in keep] if preds else [],
-                [q for q in picks[name] if q["category"] == category], tasks, match)
-        judges[name] = result
+    for name, preds in predictions.items():
+        matches = explanation_matches(gold, preds, match) if preds else []
+        data = JudgeData(gold, preds, picks[name], match, matches)
+        judges[name] = {"overall": section(data, tasks),
+                        "breakdowns": {field: _breakdown(data, tasks, field, spec) for field, spec in plan.items()}}
     return {"tasks": list(tasks), "matcher": match.name, "n_chains": len(gold),
-            "n_steps": sum(len(c["steps"]) for c in gold), "categories": categories, "judges": judges}
+            "n_steps": sum(len(c["steps"]) for c in gold), "n_questions": len({c["group_id"] for c in gold}),
+            "bootstrap": settings(), "breakdowns": plan, "judges": judges}

@@ -18,10 +18,11 @@ import sys
 from collections import defaultdict
 
 from stepcritic.errors import UserError
+from stepcritic.eval import tasks as registry
 from stepcritic.eval.cache import JudgeCache, write_jsonl_atomic
 from stepcritic.eval.judges.base import Critique, Judge
 
-TASKS = ("critique", "choice", "shiftcheck")
+TASKS = tuple(registry.TASKS)
 OPTION_LETTERS = "ABCD"
 MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains per group, like A-D options
 
@@ -56,12 +57,13 @@ GOLD_STEP_FIELDS = ("type", "correct", "human_score", "explanations", "premises"
 
 def gold_view(dataset) -> list[dict]:
     """The labels every metric needs, without images: small enough to hold for the whole dataset."""
-    columns = ["chain_id", "group_id", "category", "question", "final_answer", "answer_correct",
-               "chain_correct", "steps"]
+    columns = ["chain_id", "group_id", "source", "generator", "category", "question", "final_answer",
+               "answer_correct", "chain_correct", "steps"]
     gold = []
     for chain in dataset.select_columns(columns).to_list():
         gold.append({
-            "chain_id": chain["chain_id"], "group_id": chain["group_id"], "category": chain["category"],
+            "chain_id": chain["chain_id"], "group_id": chain["group_id"], "source": chain["source"],
+            "generator": chain["generator"], "category": chain["category"],
             "answer_correct": chain["answer_correct"], "chain_correct": chain["chain_correct"],
             "digest": chain_digest(chain),
             "steps": [{k: s[k] for k in GOLD_STEP_FIELDS} for s in chain["steps"]],
@@ -255,8 +257,9 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, l
         raise EvalError(f"chains: {chains_path} holds no chains")
     decoded = load_dataset(chains_path, True, limit) if any(j.needs_images for j in judges) else None
     gold = gold_view(plain)
-    questions = shifted_questions(shiftcheck_questions(gold)) if "shiftcheck" in tasks else []
-    wants_critiques = bool({"critique", "choice"} & set(tasks))
+    needs = {registry.TASKS[t].needs for t in tasks}
+    questions = shifted_questions(shiftcheck_questions(gold)) if "picks" in needs else []
+    wants_critiques = "critiques" in needs
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:

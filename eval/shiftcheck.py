@@ -59,6 +59,34 @@ def _position_percentages(groups: list[list[dict]], n_options: int) -> dict[str,
     return {_letter(i): 100.0 * c / total for i, c in enumerate(counts)}
 
 
+def group_outcomes(records: list[dict]) -> tuple[dict[str, dict], int]:
+    """Per complete group (see `shiftcheck`): {group_id: {correct (None without gold), consistent, reveals_bias,
+    n_options, records}}, and the number of incomplete groups left out."""
+    by_group: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_group[r["group_id"]].append(r)
+    outcomes, n_excluded = {}, 0
+    for group_id, group in by_group.items():
+        if not _is_complete(group):
+            n_excluded += 1
+            continue
+        n_options = len(group[0]["options"])
+        chosen = []
+        for r in group:
+            pos = _position(r["prediction"], n_options)
+            chosen.append(None if pos is None else r["options"][pos])
+        consistent = chosen[0] is not None and all(c == chosen[0] for c in chosen)
+        gold = next((r["gold"] for r in group if r.get("gold") is not None), None)
+        correct = None
+        if gold is not None:
+            if gold not in group[0]["options"]:
+                raise ValueError(f"group {group_id!r}: gold {gold!r} is not one of its options")
+            correct = all(c == gold for c in chosen)
+        outcomes[group_id] = {"correct": correct, "consistent": consistent, "n_options": n_options,
+                              "reveals_bias": not consistent if correct is None else not correct, "records": group}
+    return outcomes, n_excluded
+
+
 def shiftcheck(records: list[dict]) -> dict:
     """Circular accuracy, consistency and CMMU's BiasRate over groups of shifted multiple-choice records.
 
@@ -77,50 +105,25 @@ def shiftcheck(records: list[dict]) -> dict:
       any); `bias_rate_by_n_options` gives it per option count. Lower is better; 0 = no position preference.
     - position_distribution: the P_o behind `bias_rate` ({"A": %, "B": %, ...}), also per option count.
     """
-    by_group: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_group[r["group_id"]].append(r)
-
-    complete, n_excluded = [], 0
-    for group in by_group.values():
-        if _is_complete(group):
-            complete.append(group)
-        else:
-            n_excluded += 1
-
-    n_with_gold = n_correct = n_consistent = 0
+    outcomes, n_excluded = group_outcomes(records)
     revealing: dict[int, list[list[dict]]] = defaultdict(list)
-    for group in complete:
-        n_options = len(group[0]["options"])
-        chosen = []
-        for r in group:
-            pos = _position(r["prediction"], n_options)
-            chosen.append(None if pos is None else r["options"][pos])
-        consistent = chosen[0] is not None and all(c == chosen[0] for c in chosen)
-        n_consistent += consistent
-        gold = next((r["gold"] for r in group if r.get("gold") is not None), None)
-        if gold is not None:
-            if gold not in group[0]["options"]:
-                raise ValueError(f"group {group[0]['group_id']!r}: gold {gold!r} is not one of its options")
-            n_with_gold += 1
-            correct = all(c == gold for c in chosen)
-            n_correct += correct
-            reveals_bias = not correct
-        else:
-            reveals_bias = not consistent
-        if reveals_bias:
-            revealing[n_options].append(group)
+    for outcome in outcomes.values():
+        if outcome["reveals_bias"]:
+            revealing[outcome["n_options"]].append(outcome["records"])
+    with_gold = [o for o in outcomes.values() if o["correct"] is not None]
+    n_with_gold, n_correct = len(with_gold), sum(o["correct"] for o in with_gold)
+    n_consistent = sum(o["consistent"] for o in outcomes.values())
 
     distributions = {n: _position_percentages(groups, n) for n, groups in sorted(revealing.items())}
     bias_by_n = {n: statistics.pvariance(dist.values()) for n, dist in distributions.items()}
     return {
         "circular_accuracy": n_correct / n_with_gold if n_with_gold else None,
-        "consistency": n_consistent / len(complete) if complete else None,
+        "consistency": n_consistent / len(outcomes) if outcomes else None,
         "bias_rate": bias_by_n.get(CMMU_OPTION_COUNT),
         "bias_rate_by_n_options": bias_by_n,
         "position_distribution": distributions.get(CMMU_OPTION_COUNT),
         "position_distribution_by_n_options": distributions,
-        "n_groups": len(complete),
+        "n_groups": len(outcomes),
         "n_with_gold": n_with_gold,
         "n_bias_groups": sum(len(g) for g in revealing.values()),
         "n_excluded": n_excluded,

@@ -17,6 +17,7 @@ from stepcritic.eval import results
 from stepcritic.eval.matchers import LexicalMatcher
 from stepcritic.eval.report import leaderboard, render
 from stepcritic.eval.runner import build_judge, evaluate, shiftcheck_questions
+from stepcritic.eval.tasks import METRICS
 
 # ----------------------------------------------------------------------------- (b) undefined is None, never 0
 # Before: explanation F1 and VISCore were 0.0 on data without reference critiques, even for an oracle; a
@@ -85,9 +86,7 @@ def test_undefined_cells_render_as_a_dash_and_are_never_bold():
     sections = {"oracle": {"critique": {"step": {"f1": 1.0}, "viscore": None}},
                 "reward": {"critique": {"step": {"f1": None}, "viscore": None}},
                 "weak": {"critique": {"step": {"f1": 0.4}, "viscore": 0.0}}}
-    cols = [("Step F1", "critique", ("step", "f1"), "step_f1", 100),
-            ("VISCore", "critique", ("viscore",), "viscore", 100)]
-    table = leaderboard(sections, ("critique",), "lexical", cols).splitlines()
+    table = leaderboard(sections, ("critique",), "lexical", [METRICS["step_f1"], METRICS["viscore"]]).splitlines()
     assert table[2] == "| `oracle` | **100.0** | – |"
     assert table[3] == "| `reward` | – | – |"
     assert table[4] == "| `weak` | 40.0 | 0.0 |"
@@ -199,7 +198,7 @@ def test_rpts_correlation_uses_only_annotated_chains():
     got = results.critique_metrics(gold, oracle_preds(gold), LexicalMatcher(0.5))
     assert got["correlation"]["chain_rpts"]["n"] == 4
     unannotated = results.critique_metrics(gold[4:], oracle_preds(gold[4:]), LexicalMatcher(0.5))
-    assert "chain_rpts" not in unannotated["correlation"]
+    assert unannotated["correlation"]["chain_rpts"] == {"d": None, "rho": None, "n": 0}
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -218,9 +217,11 @@ def test_report_of_a_run_shows_dashes_for_what_cannot_be_computed(tmp_path):
     assert always["choice"]["accuracy"] == 0.5  # every chain tied: chance, not 0
     with open(os.path.join(out, "metrics.json")) as f:
         assert json.load(f)["judges"]["always-correct"]["overall"]["critique"]["viscore"] is None
-    row = next(line for line in render(metrics).splitlines() if line.startswith("| `always-correct`"))
-    cells = [cell.strip() for cell in row.split("|")[2:-1]]
-    assert cells[4] == "–" and cells[5] == "–"  # Expl. F1 and VISCore
+    lines = render(metrics).splitlines()
+    header = next(line for line in lines if line.startswith("| Judge |"))
+    row = next(line for line in lines if line.startswith("| `always-correct`"))
+    cells = dict(zip([h.strip() for h in header.split("|")[2:-1]], [c.strip() for c in row.split("|")[2:-1]]))
+    assert cells["Expl. F1 (lexical@0.5)"] == "–" and cells["VISCore"] == "–"
 
 
 # ----------------------------------------------------------------------------- real MiCEval (skipped without ../shared)
@@ -237,6 +238,6 @@ def test_miceval_normal_oracle_and_baselines(miceval_jsonl, tmp_path):
         assert crit["explanation"]["f1"] is None and crit["viscore"] is None  # MiCEval has no reference critiques
         assert crit["correlation"]["chain"]["n"] == 446
         assert crit["correlation"]["step_description"]["n"] + crit["correlation"]["step_reasoning"]["n"] == 1144 + 4
-        assert "chain_rpts" not in crit["correlation"]  # MiCEval annotates no premises
+        assert crit["correlation"]["chain_rpts"]["d"] is None  # MiCEval annotates no premises
     always = metrics["judges"]["always-correct"]["overall"]
     assert always["critique"]["correlation"]["chain"]["d"] == 0.0  # constant: no association

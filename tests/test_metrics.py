@@ -10,7 +10,6 @@ import pytest
 
 from stepcritic.eval.matchers import EmbeddingMatcher, JudgeMatcher, LexicalMatcher, parse_yes_no, token_f1
 from stepcritic.eval.metrics import (
-    METRICS,
     answer_f1,
     choice_ranking_accuracy,
     correction_gain,
@@ -321,15 +320,23 @@ def test_error_propagation_is_undefined_for_a_judge_that_never_flags():
 
 # ----------------------------------------------------------------------------- registry and packaging
 
-def test_registry_lists_every_metric_with_its_direction():
-    expected = {"step_f1", "answer_f1", "explanation_f1", "viscore", "verifier_accuracy", "invalid_rate",
-                "somers_d", "spearman", "miceval_chain_score", "choice_ranking_accuracy", "circular_accuracy",
-                "consistency", "bias_rate", "rpts", "correction_gain", "error_propagation_bias"}
+def test_registry_lists_every_reported_metric_with_its_direction():
+    from stepcritic.eval.tasks import METRICS, TASKS, has, lookup
+
+    expected = {"step_f1", "step_auroc", "answer_f1", "explanation_f1", "viscore", "invalid_rate", "somers_d_step",
+                "somers_d_chain", "choice_ranking_accuracy", "circular_accuracy", "consistency", "bias_rate"}
     assert expected <= set(METRICS)
-    lower_is_better = {name for name, info in METRICS.items() if not info.higher_is_better}
-    assert {"bias_rate", "invalid_rate", "ncr", "error_propagation_bias"} == lower_is_better
-    assert all(callable(info.fn) and info.aggregation and info.description for info in METRICS.values())
-    assert METRICS["step_f1"].fn([False], [False])[METRICS["step_f1"].key] == 1.0
+    lower_is_better = {name for name, m in METRICS.items() if m.higher_is_better is False}
+    assert {"bias_rate", "invalid_rate", "brier"} == lower_is_better
+    assert {m.name for m in METRICS.values() if m.headline} == {
+        "step_f1", "step_auroc", "answer_f1", "viscore", "invalid_rate", "choice_ranking_accuracy",
+        "circular_accuracy"}
+    for m in METRICS.values():
+        assert m.task in TASKS and callable(m.fn) and m.aggregation and m.description and m.undefined
+        assert m.level in ("step", "chain", "group") and m.table in ("leaderboard", "diagnostics")
+    section = {"critique": {"step": {"f1": 0.5, "f1_ci": [0.4, 0.6]}, "viscore": None}}
+    assert lookup(section, METRICS["step_f1"]) == 0.5 and lookup(section, METRICS["step_f1"], ci=True) == [0.4, 0.6]
+    assert has(section, METRICS["viscore"]) and not has(section, METRICS["answer_f1"])
 
 
 def test_importing_metrics_stays_light():

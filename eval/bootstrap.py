@@ -1,0 +1,108 @@
+"""Bootstrap confidence intervals that resample questions, for the report's headline metrics.
+
+The unit resampled is the question (`group_id`): the chains of one question share its image and its
+wording, and a judge that misreads the image misreads it in every chain, so steps and chains are not
+independent draws and resampling them would give intervals that are too narrow. Each resample draws as many
+questions as there are, with replacement; a pooled metric is then recomputed from per-question sums weighted
+by how often each question was drawn, so 1,000 resamples cost a matrix product, not 1,000 metric calls. The
+interval is the percentile interval (the 2.5th and 97.5th percentiles for 95%), from a fixed seed: the same
+data gives the same interval, and every judge is resampled with the same draws.
+
+Each statistic returns one value per resample, NaN where the metric is undefined for that resample (no
+incorrect step drawn, say); `interval` turns them into `[low, high]`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+N_RESAMPLES = 1000
+LEVEL = 0.95
+SEED = 0
+# below this share of resamples where the metric is defined, an interval would describe the few draws that
+# happen to define it, not the metric: none is given
+MIN_DEFINED = 0.5
+
+
+class GroupBootstrap:
+    """Resampling draws over the questions of one evaluated set, shared by every metric and judge on it."""
+
+    def __init__(self, group_ids, n_resamples: int = N_RESAMPLES, seed: int = SEED):
+        self.groups = sorted(set(group_ids))
+        self._index = {g: i for i, g in enumerate(self.groups)}
+        n = len(self.groups)
+        rng = np.random.default_rng(seed)
+        # counts[b, g]: how often question g is drawn in resample b
+        self.counts = (rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(float) if n
+                       else np.zeros((n_resamples, 0)))
+
+    def _positions(self, group_ids) -> np.ndarray:
+        return np.fromiter((self._index[g] for g in group_ids), dtype=np.int64, count=len(group_ids))
+
+    def sums(self, group_ids, values) -> np.ndarray:
+        """Per resample, the sum of `values` (one per item, item i in question group_ids[i])."""
+        per_group = np.bincount(self._positions(group_ids), weights=np.asarray(values, dtype=float),
+                                minlength=len(self.groups))
+        return self.counts @ per_group
+
+    def ratio(self, group_ids, numerator, denominator) -> np.ndarray:
+        """sum(numerator) / sum(denominator) per resample: a mean over the items that count."""
+        num, den = self.sums(group_ids, numerator), self.sums(group_ids, denominator)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, num / den, np.nan)
+
+    def f1(self, group_ids, gold_flags, pred_flags) -> np.ndarray:
+        """Pooled F1 of flagging (True = incorrect) per resample; NaN when nothing incorrect was drawn."""
+        gold, pred = np.asarray(gold_flags, dtype=bool), np.asarray(pred_flags, dtype=bool)
+        return self.fractional_f1(group_ids, gold & pred, pred, gold)
+
+    def fractional_f1(self, group_ids, tp, flagged, incorrect) -> np.ndarray:
+        """F1 from (possibly fractional) true positives: precision tp / flagged (0 when nothing is flagged),
+        recall tp / incorrect, as `metrics.explanation_match_f1` (and `step_f1`, with whole hits)."""
+        tp, flagged, incorrect = (self.sums(group_ids, x) for x in (tp, flagged, incorrect))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            precision = np.where(flagged > 0, tp / flagged, 0.0)
+            recall = np.where(incorrect > 0, tp / incorrect, np.nan)
+            f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
+        return np.where(incorrect > 0, f1, np.nan)
+
+    def auroc(self, group_ids, positive, score, chunk_cells: int = 2_000_000) -> np.ndarray:
+        """ROC AUC of `score` for finding `positive` items, each item weighted by its question's draw count.
+
+        Items are grouped into distinct score levels; with P and N the positive and negative weight per level,
+        AUC = sum_l P_l (N below l + N_l / 2) / (total P x total N), ties counting a half as in sklearn.
+        Resamples are processed a chunk at a time so the weight matrix stays within `chunk_cells` numbers.
+        """
+        positive = np.asarray(positive, dtype=bool)
+        levels, level_of = np.unique(np.asarray(score, dtype=float), return_inverse=True)
+        order = np.argsort(level_of, kind="stable")
+        starts = np.searchsorted(level_of[order], np.arange(len(levels)))
+        item_groups = self._positions(group_ids)[order]
+        pos, neg = positive[order].astype(float), (~positive[order]).astype(float)
+        out = np.empty(len(self.counts))
+        step = max(1, chunk_cells // max(1, len(order)))
+        for lo in range(0, len(self.counts), step):
+            weights = self.counts[lo:lo + step][:, item_groups]
+            p = np.add.reduceat(weights * pos, starts, axis=1)
+            n = np.add.reduceat(weights * neg, starts, axis=1)
+            below = np.cumsum(n, axis=1) - n
+            total = p.sum(axis=1) * n.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[lo:lo + step] = np.where(total > 0, (p * (below + n / 2)).sum(axis=1) / total, np.nan)
+        return out
+
+
+def interval(resampled: np.ndarray, level: float = LEVEL) -> list[float] | None:
+    """The percentile interval `[low, high]` of the defined resamples, or None when too few define it."""
+    defined = resampled[np.isfinite(resampled)]
+    if len(resampled) == 0 or len(defined) < MIN_DEFINED * len(resampled):
+        return None
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(defined, [tail, 100 - tail])
+    return [float(low), float(high)]
+
+
+def settings() -> dict:
+    """What `metrics.json` records about how its intervals were drawn."""
+    return {"unit": "question (group_id)", "method": "percentile", "resamples": N_RESAMPLES, "level": LEVEL,
+            "seed": SEED}

@@ -1,0 +1,103 @@
+"""Bootstrap intervals for the headline metrics of one judge's section (`tasks.Metric.headline`).
+
+Each headline metric has a statistic here that recomputes it, per resample of the questions
+(`bootstrap.GroupBootstrap`), from the same items the metric function reads, with the same rules (gold
+None skipped, an unparsed verdict counts as not flagged, unreferenced incorrect steps left out of
+explanation F1...). With every question drawn once a statistic gives the metric's own value; a test checks
+that. The interval is stored beside the value, at the metric's `ci_key`; an undefined metric has none (None).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from stepcritic.eval import metrics as M
+from stepcritic.eval import tasks as T
+from stepcritic.eval.bootstrap import GroupBootstrap, interval
+from stepcritic.eval.shiftcheck import group_outcomes
+
+
+@lru_cache(maxsize=64)
+def _draws(groups: tuple) -> GroupBootstrap:
+    return GroupBootstrap(groups)  # the draws depend only on the questions: every judge gets the same
+
+
+def _steps(data):
+    return [(c["group_id"], s, v, m) for c, p, matches in zip(data.gold, data.preds, data.matches)
+            for s, v, m in zip(c["steps"], p["verdicts"], matches)]
+
+
+def step_f1(data, boot: GroupBootstrap) -> np.ndarray:
+    items = [(g, s["correct"] is False, v is False) for g, s, v, _ in _steps(data) if s["correct"] is not None]
+    return boot.f1(*zip(*items)) if items else np.full(len(boot.counts), np.nan)
+
+
+def step_auroc(data, boot: GroupBootstrap) -> np.ndarray:
+    from stepcritic.eval.results import step_scores
+
+    items = [(c["group_id"], s["correct"] is False, 1.0 - x) for c, p in zip(data.gold, data.preds)
+             for s, x in zip(c["steps"], step_scores(p)) if s["correct"] is not None and x is not None]
+    return boot.auroc(*zip(*items)) if items else np.full(len(boot.counts), np.nan)
+
+
+def answer_f1(data, boot: GroupBootstrap) -> np.ndarray:
+    items = [(c["group_id"], c["answer_correct"] is False, p["answer_correct"] is False)
+             for c, p in zip(data.gold, data.preds) if c["answer_correct"] is not None]
+    return boot.f1(*zip(*items)) if items else np.full(len(boot.counts), np.nan)
+
+
+def explanation_f1(data, boot: GroupBootstrap) -> np.ndarray:
+    """`metrics.explanation_match_f1` per resample: fractional hits, unreferenced incorrect steps left out."""
+    items = [(g, m if s["correct"] is False and v is False else 0.0, v is False, s["correct"] is False)
+             for g, s, v, m in _steps(data)
+             if s["correct"] is not None and not (s["correct"] is False and m is None)]
+    return boot.fractional_f1(*zip(*items)) if items else np.full(len(boot.counts), np.nan)
+
+
+def viscore(data, boot: GroupBootstrap) -> np.ndarray:
+    """VISCO's geometric mean, recomputed from the three F1 of the same resample."""
+    with np.errstate(invalid="ignore"):
+        return np.cbrt(answer_f1(data, boot) * step_f1(data, boot) * explanation_f1(data, boot))
+
+
+def invalid_rate(data, boot: GroupBootstrap) -> np.ndarray:
+    from stepcritic.eval.results import output_counts
+
+    counts = [output_counts(p) for p in data.preds]
+    return boot.ratio([c["group_id"] for c in data.gold], [k for _, k in counts], [n for n, _ in counts])
+
+
+def choice_ranking_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
+    from stepcritic.eval.results import choice_records
+
+    hits = M.choice_ranking_hits(choice_records(data.gold, data.preds))
+    return boot.ratio(list(hits), [h["hit"] for h in hits.values()], [1.0] * len(hits))
+
+
+def circular_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
+    outcomes = {g: o for g, o in group_outcomes(data.picks)[0].items() if o["correct"] is not None}
+    return boot.ratio(list(outcomes), [float(o["correct"]) for o in outcomes.values()], [1.0] * len(outcomes))
+
+
+# the statistic of every headline metric (`tasks.Metric.headline`), by metric name
+STATISTICS = {"step_f1": step_f1, "step_auroc": step_auroc, "answer_f1": answer_f1, "viscore": viscore,
+              "invalid_rate": invalid_rate, "choice_ranking_accuracy": choice_ranking_accuracy,
+              "circular_accuracy": circular_accuracy}
+
+
+def add_intervals(section: dict, data, tasks) -> None:
+    """Put `[low, high]` at each headline metric's `ci_key` in `section`; None for an undefined metric, for
+    fewer than two questions, or when too few resamples define it."""
+    groups = tuple(sorted({c["group_id"] for c in data.gold} | {q["group_id"] for q in data.picks}))
+    for metric in (m for m in T.metrics_for(tasks) if m.headline):
+        if metric.name not in STATISTICS:
+            raise KeyError(f"headline metric {metric.name!r} has no bootstrap statistic in eval/intervals.py")
+        defined = T.lookup(section, metric) is not None and len(groups) > 1
+        ci = interval(STATISTICS[metric.name](data, _draws(groups))) if defined else None
+        *parents, leaf = metric.ci_key.split(".")
+        node = section[metric.task]
+        for part in parents:
+            node = node[part]
+        node[leaf] = ci

@@ -1,0 +1,193 @@
+"""The tasks of `stepcritic eval` and every metric each one reports: the single list the rest follows.
+
+Each metric is registered once here with its task, its key (where `metrics.json` holds it, a dotted path
+inside the task's section), its direction, what it is aggregated over and its column header.
+`results.compute_metrics` computes the sections of the tasks asked and checks that every registered key of
+those tasks is there; `report` draws its tables from this list; the README's evaluation section lists it.
+A metric that is not registered is not advertised, and a registered one cannot go missing unnoticed.
+
+A new task (verifier accuracy, correction, best-of-N) adds a `Task`, its `Metric`s and its section function
+in `results.TASK_SECTIONS`; the runner, the command line and the report pick it up from here.
+
+Only the standard library (and `metrics`, itself stdlib at the top) is imported: `stepcritic eval --help`
+reads the task names from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from stepcritic.eval import metrics as M
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    needs: str        # what the runner asks each judge for: "critiques" (one per chain) or "picks" (ShiftCheck)
+    description: str
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number of the report.
+
+    `key` is the dotted path inside the task's section (`judges.NAME.overall.TASK.<key>`); a bootstrap
+    interval, for `headline` metrics, sits beside it at `<key>_ci`. `higher_is_better` None means no
+    direction (nothing is bolded). `level` says what the metric is computed over: "step" metrics also get a
+    table per step type, "group" metrics (one question's chains compared) are only broken down by fields
+    that are constant within a question. `undefined` says when the value is None ("–" in the report).
+    """
+
+    name: str
+    task: str
+    key: str
+    display: str
+    higher_is_better: bool | None
+    aggregation: str
+    description: str
+    fn: Callable
+    level: str
+    undefined: str
+    table: str = "leaderboard"   # or "diagnostics"
+    scale: int = 100             # shown x100 (papers' style), or as is
+    headline: bool = False       # bootstrap interval, and a place in the terminal summary
+
+    @property
+    def ci_key(self) -> str:
+        return f"{self.key}_ci"
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("critique", "critiques", "every step of every chain judged (VISCO's critique, MiCEval's correlations)"),
+    Task("choice", "critiques", "the chains of one question ranked by the judge's chain scores (MiCEval App. D.1)"),
+    Task("shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)"),
+)}
+
+NO_VERDICTS = "the judge gives no step verdicts, or no scored step is incorrect"
+NO_SCORES = "the judge gives no step scores, or the steps are all of one class"
+
+_METRICS = [
+    # ------------------------------------------------------------------ critique: leaderboard
+    Metric("step_precision", "critique", "step.precision", "Step P", True, "pooled over all steps",
+           "precision of flagging incorrect steps (VISCO Sec. 3.1.1)", M.step_f1, "step",
+           "the judge gives no step verdicts"),
+    Metric("step_recall", "critique", "step.recall", "Step R", True, "pooled over all steps",
+           "recall of incorrect steps (VISCO Sec. 3.1.1)", M.step_f1, "step", NO_VERDICTS),
+    Metric("step_f1", "critique", "step.f1", "Step F1", True, "pooled over all steps",
+           "F1 of flagging incorrect steps, VISCO's F1_s (Sec. 3.1.1); unparseable = not flagged", M.step_f1,
+           "step", NO_VERDICTS, headline=True),
+    Metric("step_auroc", "critique", "step.auroc", "Step AUROC", True, "pooled over all steps with a score",
+           "ROC AUC of finding incorrect steps from the judge's step scores (threshold-free)", M.step_auroc,
+           "step", NO_SCORES, headline=True),
+    Metric("answer_f1", "critique", "answer.f1", "Answer F1", True, "pooled over chains",
+           "F1 of flagging incorrect final answers, VISCO's F1_a (Sec. 3.1.1)", M.answer_f1, "chain",
+           "the judge gives no answer verdicts, or no answer is incorrect", headline=True),
+    Metric("explanation_f1", "critique", "explanation.f1", "Expl. F1 ({matcher})", True,
+           "pooled over steps, fractional true positives",
+           "step F1 counting a hit only as far as the explanation matches the reference error, VISCO's F1_e "
+           "(Sec. 3.1.1)", M.explanation_f1, "step",
+           "the judge writes no explanations, or the data has no reference critiques"),
+    Metric("viscore", "critique", "viscore", "VISCore", True, "geometric mean of answer, step and explanation F1",
+           "VISCO's holistic critique score (Sec. 3.1.1)", M.viscore, "chain",
+           "any of answer, step or explanation F1 is undefined", headline=True),
+    Metric("invalid_rate", "critique", "invalid_rate", "Invalid %", False, "mean over the judge's outputs",
+           "share of outputs that could not be read (MiCEval Sec. 6.1: per output, not per chain)",
+           M.output_invalid_rate, "chain", "no output was asked for", headline=True),
+    Metric("somers_d_step", "critique", "correlation.step.d", "Somers' D step", True,
+           "over steps scored by human and judge",
+           "Somers' D(judge step score | human step score), MiCEval Sec. 6.2", M.somers_d, "step",
+           "the judge gives no step scores, or the human scores are constant"),
+    Metric("somers_d_chain", "critique", "correlation.chain.d", "Somers' D chain", True,
+           "over chains with a human good/bad label and a judge chain score",
+           "Somers' D(judge chain score | human MCoT label), MiCEval Sec. 6.2 and App. D.1", M.somers_d, "chain",
+           "the judge gives no chain score and no step verdicts, or the human labels are constant"),
+    # ------------------------------------------------------------------ critique: diagnostics
+    Metric("step_macro_f1", "critique", "step.macro_f1", "Step macro-F1", True,
+           "mean of the two classes' F1, pooled over all steps",
+           "VisualProcessBench's macro F1 over incorrect and correct steps", M.step_macro_f1, "step",
+           "the judge gives no step verdicts, or the steps are all of one class", table="diagnostics"),
+    Metric("flagged_rate", "critique", "error_propagation.predicted_incorrect_rate", "Flagged %", None,
+           "share of steps with a gold label",
+           "share of steps the judge calls incorrect; against the gold share, VISCO's reluctance to say "
+           "\"incorrect\" (Sec. 4.2)", M.error_propagation, "step", "no step has a gold label",
+           table="diagnostics"),
+    Metric("gold_incorrect_rate", "critique", "error_propagation.gold_incorrect_rate", "Gold incorrect %", None,
+           "share of steps with a gold label", "share of steps that are incorrect (the data, not the judge)",
+           M.error_propagation, "step", "no step has a gold label", table="diagnostics"),
+    Metric("propagation_bias", "critique", "error_propagation.propagation_bias", "Propagation bias", None,
+           "ratio of two odds ratios over non-first steps",
+           "odds ratio of flagging after an earlier flag, judge over gold; 1 is ideal, above 1 is VISCO's "
+           "exaggerated propagation (Sec. 4.2, Fig. 12)", M.error_propagation, "chain",
+           "the judge never (or always) flags, or the gold table has an empty row or column",
+           table="diagnostics", scale=1),
+    Metric("spearman_step", "critique", "correlation.step.rho", "Spearman step", True,
+           "over steps scored by human and judge", "Spearman's rho of judge and human step scores",
+           M.spearman, "step", "either side is constant", table="diagnostics"),
+    Metric("spearman_chain", "critique", "correlation.chain.rho", "Spearman chain", True,
+           "over chains with a human label and a judge score", "Spearman's rho of judge chain scores and the "
+           "human good/bad label", M.spearman, "chain", "either side is constant", table="diagnostics"),
+    Metric("somers_d_description", "critique", "correlation.step_description.d", "Somers' D desc. steps", True,
+           "over description (and both) steps", "step-level Somers' D on description steps, MiCEval App. D.3",
+           M.somers_d, "step", "no description step has both scores, or their human scores are constant",
+           table="diagnostics"),
+    Metric("somers_d_reasoning", "critique", "correlation.step_reasoning.d", "Somers' D reas. steps", True,
+           "over reasoning (and both) steps", "step-level Somers' D on reasoning steps, MiCEval App. D.3",
+           M.somers_d, "step", "no reasoning step has both scores, or their human scores are constant",
+           table="diagnostics"),
+    Metric("somers_d_rpts_chain", "critique", "correlation.chain_rpts.d", "Somers' D RPTS chain", True,
+           "over chains with annotated premises", "Somers' D of the judge's RPTS against the human RPTS "
+           "(RPTS Sec. 3, tree-weighted step scores)", M.rpts_chain, "chain",
+           "no chain has its premises annotated, or the judge gives no step scores", table="diagnostics"),
+    Metric("brier", "critique", "calibration.brier", "Brier", False, "mean over steps with a probability",
+           "Brier score of the judge's p_incorrect against the gold step labels (calibration)", M.calibration,
+           "step", "the judge gives no step probabilities, or the steps are all of one class",
+           table="diagnostics", scale=1),
+    # ------------------------------------------------------------------ choice
+    Metric("choice_ranking_accuracy", "choice", "accuracy", "Choice rank.", True,
+           "mean over questions with a correct and an incorrect chain",
+           "share of questions whose top-scored chain is fully correct; a tie scores its share of correct "
+           "chains (MiCEval App. D.1)", M.choice_ranking_accuracy, "group",
+           "no question has both a correct and an incorrect chain, or the judge scores no chain", headline=True),
+    # ------------------------------------------------------------------ ShiftCheck
+    Metric("circular_accuracy", "shiftcheck", "circular_accuracy", "ShiftCheck acc", True,
+           "mean over complete shift groups with a correct option",
+           "right under every circular shift of the options (CMMU ShiftCheck)", M.shiftcheck, "group",
+           "no question has exactly one fully correct option", headline=True),
+    Metric("consistency", "shiftcheck", "consistency", "Consistency", True, "mean over complete shift groups",
+           "the same option content chosen under every shift (CMMU)", M.shiftcheck, "group",
+           "no question has two or more chains"),
+    Metric("bias_rate", "shiftcheck", "bias_rate", "BiasRate", False,
+           "variance over positions of failed 4-option questions",
+           "CMMU's BiasRate: variance of the pick percentages (0-100 scale) per position", M.shiftcheck, "group",
+           "no 4-option question was failed", scale=1),
+]
+METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}
+if len(METRICS) != len(_METRICS) or any(m.task not in TASKS for m in _METRICS):
+    raise RuntimeError("metric names must be unique and every metric must belong to a registered task")
+
+
+def metrics_for(tasks, table: str | None = None, level: str | None = None) -> list[Metric]:
+    """The registered metrics of `tasks`, in registry order, optionally of one table or one level."""
+    return [m for m in _METRICS if m.task in tasks and (table is None or m.table == table)
+            and (level is None or m.level == level)]
+
+
+def find(section: dict, task: str, key: str) -> tuple[bool, object]:
+    """(whether the section holds `key` of `task`, its value)."""
+    value = section.get(task)
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def lookup(section: dict, metric: Metric, ci: bool = False):
+    """A metric's value (or its `[low, high]` interval) in one section of `metrics.json`, None when absent."""
+    return find(section, metric.task, metric.ci_key if ci else metric.key)[1]
+
+
+def has(section: dict, metric: Metric) -> bool:
+    """Whether the section holds the metric's key (its value may be None: undefined)."""
+    return find(section, metric.task, metric.key)[0]
