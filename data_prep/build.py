@@ -9,14 +9,16 @@ exactly the same questions the models were trained on.
 Kinds:
 - critique-sft:  {"messages": [user, assistant=gold JSON critique], "images", "chain_id", "group_id"}
 - verifier-sft:  one row per (task, step where the task applies): {"messages", "images", "task", "label", ...}
-- prm-sft:       {"messages": multi-turn, one step per user turn, "+"/"-" per assistant turn, "images", ...}
+- prm-sft:       {"messages": multi-turn, one step per user turn, "+"/"-" per assistant turn, "step_targets":
+                 P(+) per step (1/0, the soft label with --step-targets soft, null: no loss), "images", ...}
 - critique-pref: {"prompt", "chosen"=gold critique, "rejected"=corrupted critique, "images", "corruption", ...}
 - outcome-rm:    {"prompt", "chosen"=a fully correct chain, "rejected"=an incorrect chain of the same group, ...}
 
 Chains whose labels cannot supply a target are skipped and counted by reason: the critique kinds need
 every step's verdict and the answer verdict (a target with `null` verdicts would teach the critic to
 abstain), prm-sft needs every step's verdict, outcome-rm needs `chain_correct` and a group that has both
-a fully correct and an incorrect chain.
+a fully correct and an incorrect chain. Neutral steps (`labels.py`) follow `--neutral`: under "skip" prm-sft keeps
+the step with no target and the critique kinds skip the chain (reason `neutral_step`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
-from stepcritic.data_prep import critique, pairs, prompts, schema
+from stepcritic.data_prep import critique, labels, pairs, prompts, schema
 from stepcritic.data_prep.contract import KIND_NAMES as KINDS
 from stepcritic.data_prep.contract import KINDS as KIND_SPECS
 from stepcritic.data_prep.contract import STATS_FILE
@@ -78,8 +80,9 @@ def _canonical_chains(chains) -> list[dict]:
 
 
 def _critique_skip_reason(chain: dict) -> str | None:
-    if any(s["correct"] is None for s in chain["steps"]):
-        return "unknown_step_label"
+    open_steps = [s for s in chain["steps"] if s["correct"] is None]
+    if open_steps:
+        return "neutral_step" if all(labels.is_neutral(s) for s in open_steps) else "unknown_step_label"
     if chain.get("answer_correct") is None:
         return "unknown_answer_label"
     return None
@@ -128,13 +131,20 @@ def _verifier_sft(chains, template, out: _SplitRows, **_) -> None:
             out.skipped["no_verifier_labels"] += 1
 
 
-def _prm_sft(chains, template, out: _SplitRows, **_) -> None:
+def _prm_sft(chains, template, out: _SplitRows, step_targets: str = "hard", **_) -> None:
     for chain in chains:
-        if any(s["correct"] is None for s in chain["steps"]):
+        if any(s["correct"] is None and not labels.is_neutral(s) for s in chain["steps"]):
             out.skipped["unknown_step_label"] += 1
             continue
-        out.rows.append({"messages": prompts.prm_messages(chain, template), **_ids(chain)})
-        out.labels.update(prompts.PRM_POSITIVE if s["correct"] else prompts.PRM_NEGATIVE for s in chain["steps"])
+        targets = labels.step_targets(chain, step_targets)
+        # A neutral step left open gets the scorer's placeholder judgement: its target is null, so the collator
+        # takes it out of the loss, and the input never shows a judgement anyway (`train.prm`).
+        shown = dict(chain, steps=[dict(s, correct=True) if labels.is_neutral(s) else s for s in chain["steps"]])
+        out.rows.append({"messages": prompts.prm_messages(shown, template), "step_targets": targets, **_ids(chain)})
+        out.labels.update("neutral" if labels.is_neutral(s) else prompts.PRM_POSITIVE if s["correct"]
+                          else prompts.PRM_NEGATIVE for s in chain["steps"])
+        if step_targets == "soft":
+            out.labels["soft target"] += sum(t is not None and 0 < t < 1 for t in targets)
 
 
 def _critique_pref(chains, template, out: _SplitRows, seed: int, pref_mix: dict, **_) -> None:
@@ -195,7 +205,7 @@ def features(kind: str):
         "critique-sft": {"messages": messages, **ids},
         "verifier-sft": {"messages": messages, "task": Value("string"), "label": Value("string"),
                          "step_index": Value("int32"), **ids},
-        "prm-sft": {"messages": messages, **ids},
+        "prm-sft": {"messages": messages, "step_targets": List(Value("float32")), **ids},
         "critique-pref": {"prompt": messages, "chosen": messages, "rejected": messages,
                           "corruption": Value("string"), **ids},
         "outcome-rm": {"prompt": messages, "chosen": messages, "rejected": messages, "images": List(Image()),
@@ -221,7 +231,7 @@ def _streamable(chains, kind: str) -> bool:
             and {"chain_id", "group_id"} <= set(chains.column_names))
 
 
-def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, tmp: str):
+def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, tmp: str, step_labels: dict):
     """Build a streamed kind batch by batch into Arrow files under `tmp`; None when the chains lack group ids
     (they are derived from the image in validation: the in-memory path does that)."""
     from datasets import Dataset, DatasetDict, Image
@@ -242,18 +252,20 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
     writers = {s: ArrowWriter(features=columns, path=paths[s]) for s in SPLITS}
     produced = {s: _SplitRows() for s in SPLITS}
     sources: Counter = Counter()
-    n_in = 0
+    n_in = n_neutral = 0
     for batch in chains.iter(batch_size=STREAM_BATCH):
         by_split: dict[str, list] = {s: [] for s in SPLITS}
         for values in zip(*batch.values()):
             record = dict(zip(batch, values))
             chain = schema.validate_chain(record, where=str(record.get("chain_id") or f"chains[{n_in}]"))
+            n_neutral += sum(map(labels.is_neutral, chain["steps"]))
+            chain = labels.resolve_neutral(chain, step_labels["neutral"])
             by_split[HELD_OUT if chain["group_id"] in held_out else TRAIN].append(chain)
             sources[chain["source"]] += 1
             n_in += 1
         for s in SPLITS:
             out = produced[s]
-            BUILDERS[kind](by_split[s], template, out)
+            BUILDERS[kind](by_split[s], template, out, **step_labels)
             if out.rows:
                 writers[s].write_batch(columns.encode_batch({k: [r.get(k) for r in out.rows] for k in columns}))
                 out.n_rows += len(out.rows)
@@ -262,39 +274,42 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
         writer.finalize()
         writer.close()
     dataset = DatasetDict({s: Dataset.from_file(paths[s]) for s in SPLITS})
-    return dataset, produced, _split_info(n_in, sources, split_ids)
+    return dataset, produced, _split_info(n_in, sources, split_ids, n_neutral)
 
 
-def _memory_build(chains, kind: str, template, test_fraction: float, seed: int, mix: dict | None):
+def _memory_build(chains, kind: str, template, test_fraction: float, seed: int, mix: dict | None, step_labels: dict):
     """Build any kind with every chain in memory (critique-pref and outcome-rm plan over a whole split)."""
     from datasets import Dataset, DatasetDict
 
     records = _canonical_chains(chains)
     if not records:
         raise BuildError("no chains to build from")
+    n_neutral = sum(labels.is_neutral(s) for c in records for s in c["steps"])
+    records = [labels.resolve_neutral(c, step_labels["neutral"]) for c in records]
     split_chains = split_by_group(records, test_fraction, seed)
     produced = {}
     for split in SPLITS:
         produced[split] = _SplitRows()
-        BUILDERS[kind](split_chains[split], template, produced[split], seed=seed, pref_mix=mix)
+        BUILDERS[kind](split_chains[split], template, produced[split], seed=seed, pref_mix=mix, **step_labels)
         produced[split].n_rows = len(produced[split].rows)
     columns = features(kind)
     # from_list([]) would yield a table without columns, which load_from_disk then rejects.
     dataset = DatasetDict({split: Dataset.from_list(produced[split].rows, features=columns) if produced[split].rows
                            else Dataset.from_dict({name: [] for name in columns}, features=columns)
                            for split in SPLITS})
-    return dataset, produced, _split_info(len(records), Counter(c["source"] for c in records), split_chains)
+    return dataset, produced, _split_info(len(records), Counter(c["source"] for c in records), split_chains, n_neutral)
 
 
-def _split_info(n_in: int, sources: Counter, split_chains: dict) -> dict:
-    """Chains read, their sources, and the groups and chains of each split (records with a group_id)."""
-    return {"chains_in": n_in, "sources": sources,
+def _split_info(n_in: int, sources: Counter, split_chains: dict, n_neutral: int) -> dict:
+    """Chains read, their sources, neutral steps, and the groups and chains of each split (records with a group_id)."""
+    return {"chains_in": n_in, "sources": sources, "neutral_steps": n_neutral,
             "groups": {s: len({c["group_id"] for c in split_chains[s]}) for s in SPLITS},
             "chains": {s: len(split_chains[s]) for s in SPLITS}}
 
 
 def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts.PromptTemplate | None = None,
-                  pref_mix: dict | str | None = None) -> tuple[prompts.PromptTemplate, dict | None]:
+                  pref_mix: dict | str | None = None, neutral: str = "skip",
+                  step_targets: str = "hard") -> tuple[prompts.PromptTemplate, dict | None]:
     """Check the build options before any chain is read; returns the loaded template and the parsed mix.
 
     `test_fraction` may be 0 here (everything in train); the command line asks for a held-out split.
@@ -305,6 +320,12 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
         raise BuildError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     if pref_mix is not None and kind != "critique-pref":
         raise BuildError(f"pref_mix only applies to kind 'critique-pref', not {kind!r}")
+    if neutral not in labels.NEUTRAL_POLICIES:
+        raise BuildError(f"neutral must be one of {list(labels.NEUTRAL_POLICIES)}, got {neutral!r}")
+    if step_targets not in labels.STEP_TARGETS:
+        raise BuildError(f"step_targets must be one of {list(labels.STEP_TARGETS)}, got {step_targets!r}")
+    if step_targets != "hard" and kind != "prm-sft":
+        raise BuildError(f"--step-targets {step_targets} only applies to kind 'prm-sft', not {kind!r}")
     try:
         loaded_template = prompts.load_template(template or prompts.DEFAULT_TEMPLATES[TEMPLATE_ROLE[kind]])
     except FileNotFoundError as e:
@@ -314,16 +335,19 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
 
 
 def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, seed: int = 0,
-                  template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None) -> dict:
+                  template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None,
+                  neutral: str = "skip", step_targets: str = "hard") -> dict:
     """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats."""
     from stepcritic.data_prep.card import write_card
 
-    loaded_template, mix = check_options(kind, test_fraction, template, pref_mix)
+    loaded_template, mix = check_options(kind, test_fraction, template, pref_mix, neutral, step_targets)
+    step_labels = {"neutral": neutral, "step_targets": step_targets}
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_dir)), prefix=".build-") as tmp:
-        built = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp) \
+        built = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp, step_labels) \
             if _streamable(chains, kind) else None
-        dataset, produced, info = built or _memory_build(chains, kind, loaded_template, test_fraction, seed, mix)
+        dataset, produced, info = built or _memory_build(chains, kind, loaded_template, test_fraction, seed, mix,
+                                                         step_labels)
         # datasets writes no shard at all for an empty split and then cannot load it back: force one.
         dataset.save_to_disk(out_dir, num_shards={split: 1 if len(dataset[split]) == 0 else None for split in SPLITS})
         del dataset  # release the memory-mapped temporary files before they are removed
@@ -343,7 +367,10 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
         "template": {"name": loaded_template.name, "hash": loaded_template.hash},
         "test_fraction": test_fraction,
         "seed": seed,
+        "neutral": {"policy": neutral, "steps": info["neutral_steps"]},
     }
+    if kind == "prm-sft":
+        stats["step_targets"] = step_targets
     if mix is not None:
         stats["pref_mix"] = {"weights": mix,
                              "realised": dict(sum((produced[s].labels for s in SPLITS), Counter()))}

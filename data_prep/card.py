@@ -48,6 +48,7 @@ def card_text(stats: dict) -> str:
         "## Prompt template", "",
         f"`{stats['template']['name']}` (sha256 prefix `{stats['template']['hash']}`).",
     ]
+    lines += step_labels_text(stats)
     if "explanations" in stats:
         lines += ["", "## Explanations", "", explanations_text(stats["explanations"])]
     if "pref_mix" in stats:
@@ -65,6 +66,31 @@ def card_text(stats: dict) -> str:
                           "the requested ones: the corruptions that apply to few chains limit the others. Weight "
                           "the corruptions that apply to more chains higher to use more of them."]
     return "\n".join(lines) + "\n"
+
+
+NEUTRAL_EFFECT = {
+    "skip": "left open: prm-sft keeps the step in the conversation with no target (no loss on its judgement, label "
+            "`neutral`), the critique kinds skip the chain (`neutral_step`), and a chain with no other open step has "
+            "no chain verdict",
+    "correct": "counted as correct",
+    "incorrect": "counted as incorrect",
+}
+
+
+def step_labels_text(stats: dict) -> list[str]:
+    """How neutral steps and soft labels were turned into targets (`--neutral`, `--step-targets`)."""
+    neutral = stats.get("neutral", {"policy": "skip", "steps": 0})
+    lines = ["", "## Step labels", "",
+             f"Neutral steps (`rating` 0): {neutral['steps']} in the chains, `--neutral {neutral['policy']}`: "
+             f"{NEUTRAL_EFFECT[neutral['policy']] if neutral['steps'] else 'nothing to decide'}."]
+    if stats.get("step_targets") == "soft":
+        lines += ["", "Step targets: soft. `step_targets` holds each step's soft label (a Monte-Carlo score) where it "
+                      "has one, 1/0 elsewhere; `method: prm` trains those judgements with cross-entropy against the "
+                      "score (label `soft target`: steps whose target is strictly between 0 and 1)."]
+    elif stats.get("step_targets") == "hard":
+        lines += ["", "Step targets: hard (`step_targets` 1/0, the `+`/`-` of the conversation; null for a neutral "
+                      "step left out of the loss)."]
+    return lines
 
 
 def explanations_text(counts: dict) -> str:
@@ -119,3 +145,43 @@ def synth_card_text(stats: dict) -> str:
 def write_synth_card(stats: dict, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(synth_card_text(stats))
+
+
+def ingest_card_text(stats: dict) -> str:
+    """The card of an ingested chains folder (`stepcritic data ingest`), from its stats.json."""
+    notes = stats.get("label_notes", {})
+    lines = [
+        f"# StepCritic chains: {stats['format']}", "",
+        f"Canonical chains from `stepcritic data ingest --format {stats['format']}` of `{stats['input']}`.",
+        "Load with `stepcritic.data_prep.schema.load_chains(<this folder>)`; the counts are in `stats.json`.", "",
+        "## Records", "",
+        *_table(("what", "count"), [("records in", stats["n_records"]), ("chains kept", stats["n_chains"]),
+                                    ("records rejected", stats["n_rejected"]), ("steps", stats["n_steps"])]), "",
+        "Every rejected record is listed in `stats.json` (`rejected`) with its file:line, field and reason.",
+    ]
+    correct = stats["label_counts"].get("correct", {})
+    lines += ["", "## Step labels", "",
+              *_table(("correct", "steps"), [(k, correct.get(k, 0)) for k in ("True", "False", "None")])]
+    if notes.get("neutral_steps"):
+        lines += ["", f"{notes['neutral_steps']} steps are rated neutral (`rating` 0) and keep `correct: null`; "
+                      "`stepcritic data build --neutral skip|correct|incorrect` decides what they become (default "
+                      "skip), and `stepcritic eval` leaves them out like any step without a verdict."]
+    if notes.get("soft_labelled_steps"):
+        lines += ["", f"{notes['soft_labelled_steps']} steps carry a soft label (`soft_label`, a score in [0, 1]); "
+                      f"those without a boolean label are correct when the score is above {stats['soft_threshold']} "
+                      f"(`--soft-threshold`): {notes.get('soft_labelled_correct', 0)} correct, "
+                      f"{notes.get('soft_labelled_incorrect', 0)} incorrect. `stepcritic data build --kind prm-sft "
+                      "--step-targets soft` trains on the scores themselves."]
+    if notes.get("multi_image_chains"):
+        lines += ["", "## Images", "",
+                  f"**{notes['multi_image_chains']} chains list several images; only the first is kept** (the "
+                  f"canonical schema holds one image per chain), {notes['images_left_out']} images left out in "
+                  "all. Every path is in the chain's `meta.images` and the chain ids in `stats.json` "
+                  "(`multi_image_chains`): a question about a later image cannot be answered from these chains, "
+                  "so leave them out of evaluation."]
+    return "\n".join(lines) + "\n"
+
+
+def write_ingest_card(stats: dict, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(ingest_card_text(stats))

@@ -9,6 +9,7 @@ import sys
 from stepcritic.data_prep.contract import KIND_NAMES as BUILD_KINDS
 from stepcritic.data_prep.contract import KINDS, SPLITS
 from stepcritic.data_prep.ingest import FORMATS
+from stepcritic.data_prep.labels import NEUTRAL_POLICIES, SOFT_THRESHOLD, STEP_TARGETS
 from stepcritic.data_prep.synth import LEVELS
 
 
@@ -17,8 +18,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     sub = parser.add_subparsers(dest="data_command", metavar="ACTION", required=True)
 
     p = sub.add_parser("ingest", help="convert annotated chains into the canonical chain dataset",
-                       description="Convert annotated chains (MiCEval, VISCO, stepwise PRM rows, canonical jsonl) "
-                                   "into a canonical chains dataset plus stats.json.",
+                       description="Convert annotated chains (MiCEval, VISCO, VisualProcessBench, stepwise PRM rows, "
+                                   "Monte-Carlo scored steps in the VisualPRM400K layout, canonical jsonl) into a "
+                                   "canonical chains dataset plus stats.json and a README card.",
                        epilog="example: stepcritic data ingest --format miceval "
                               "--input ../shared/data/miceval/dataset/MiCEval_Normal.jsonl --out data/miceval")
     p.add_argument("--format", required=True, choices=FORMATS, help="input format")
@@ -29,6 +31,10 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--out", required=True, help="output folder for the chains dataset and stats.json")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="fail: stop at the first bad record (default); skip: keep going and list every skipped record")
+    p.add_argument("--soft-threshold", type=float, default=SOFT_THRESHOLD,
+                   help="a step with a soft label (a Monte-Carlo score in [0, 1]) and no boolean label is correct when "
+                        f"its score is above this (default {SOFT_THRESHOLD}: at least one sampled continuation reached "
+                        "the right answer, the labels VisualPRM400K and Math-Shepherd were published with)")
 
     p = sub.add_parser("synth", help="generate synthetic step-annotated chains (the offline default dataset)",
                        description="Render shape images and write labelled reasoning chains with injected errors.",
@@ -57,6 +63,13 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--template", default=None, help="a Jinja template file to use instead of the packaged one")
     p.add_argument("--pref-mix", default=None,
                    help='critique-pref corruption weights as JSON, e.g. \'{"reluctant": 2, "answer_flip": 1}\'')
+    p.add_argument("--neutral", choices=NEUTRAL_POLICIES, default="skip",
+                   help="steps rated neutral (VisualProcessBench's 0): skip (default; prm-sft keeps the step with no "
+                        "loss on its judgement, kinds that need every verdict skip the chain), or count them as "
+                        "correct or incorrect")
+    p.add_argument("--step-targets", choices=STEP_TARGETS, default="hard",
+                   help="prm-sft only: hard (default) trains on +/-; soft trains each step with a soft label towards "
+                        "that probability of + (cross-entropy against the score)")
     return parser
 
 
@@ -74,8 +87,17 @@ def main(args: argparse.Namespace) -> int:
         from stepcritic.data_prep.ingest import ingest
 
         stats = ingest(args.format, args.input, args.out, args.image_root, args.on_error,
-                       log=lambda m: print(m, file=sys.stderr))
+                       log=lambda m: print(m, file=sys.stderr), soft_threshold=args.soft_threshold)
         print(f"ingested {_summary(stats, ('n_records', 'n_chains', 'n_steps', 'n_rejected'))} -> {args.out}")
+        notes = stats["label_notes"]
+        if notes["neutral_steps"]:
+            print(f"note: {notes['neutral_steps']} neutral steps keep correct=null (data build --neutral decides)")
+        if notes["soft_labelled_steps"]:
+            print(f"note: {notes['soft_labelled_steps']} steps with a soft label; above {stats['soft_threshold']}: "
+                  f"{notes['soft_labelled_correct']} correct, {notes['soft_labelled_incorrect']} incorrect")
+        if notes["multi_image_chains"]:
+            print(f"note: {notes['multi_image_chains']} chains list several images; only the first is kept "
+                  f"({notes['images_left_out']} left out; ids in stats.json multi_image_chains)")
         if "chain_label_check" in stats:
             check = stats["chain_label_check"]
             print(f"step-derived chain correctness vs {check['field']}: {check['agree']} agree, "
@@ -95,13 +117,18 @@ def main(args: argparse.Namespace) -> int:
         if not 0 < args.test_fraction < 1:
             raise BuildError(f"--test-fraction must be between 0 and 1 (the share of groups held out for the "
                              f"'test' split), got {args.test_fraction}")
-        check_options(args.kind, args.test_fraction, args.template, args.pref_mix)  # before reading any chain
+        options = dict(template=args.template, pref_mix=args.pref_mix, neutral=args.neutral,
+                       step_targets=args.step_targets)
+        check_options(args.kind, args.test_fraction, **options)  # before reading any chain
         stats = build_dataset(load_chains(args.chains), args.kind, args.out, test_fraction=args.test_fraction,
-                              seed=args.seed, template=args.template, pref_mix=args.pref_mix)
+                              seed=args.seed, **options)
         print(f"built {args.kind}: {json.dumps(stats['rows'])} -> {args.out}")
         if stats["chains_skipped"].get("over_mix_quota"):
             print(f"note: {stats['chains_skipped']['over_mix_quota']} chains left out to keep the corruption mix "
                   "(see the card)")
+        if stats["neutral"]["steps"]:
+            neutral = stats["neutral"]
+            print(f"note: {neutral['steps']} neutral steps, --neutral {neutral['policy']} (see the card)")
         if stats.get("explanations", {}).get("placeholder"):
             print(f"note: {stats['explanations']['placeholder']} incorrect steps have no reference critique; "
                   "their target explanation is a placeholder (see the card)")

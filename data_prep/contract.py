@@ -40,7 +40,8 @@ KINDS = {
     # GRPO's verifier reward compares the sampled reply with `label` for `task`
     "verifier-sft": Kind(("messages", "images", "task", "label", "step_index", *_IDS),
                          ("messages", "images", "task", "label"), ("sft", "grpo")),
-    "prm-sft": Kind(("messages", "images", *_IDS), ("messages", "images"), ("prm",)),
+    # `step_targets` (P(+) per step, null: no loss) is optional: datasets built before it train on the `+`/`-`
+    "prm-sft": Kind(("messages", "images", "step_targets", *_IDS), ("messages", "images"), ("prm",)),
     "critique-pref": Kind((*_PAIR, "corruption", *_IDS), _PAIR, ("dpo",)),
     "outcome-rm": Kind((*_PAIR, "chosen_chain_id", "rejected_chain_id", "group_id"), _PAIR, ("reward",)),
 }

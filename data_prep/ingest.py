@@ -13,7 +13,9 @@ import os
 from collections import Counter, defaultdict
 from typing import Iterator
 
-from stepcritic.data_prep.schema import SchemaError, save_chains, validate_chain
+from stepcritic.data_prep import labels
+from stepcritic.data_prep.card import write_ingest_card
+from stepcritic.data_prep.schema import SchemaError, chain_meta, save_chains, validate_chain
 from stepcritic.errors import UserError
 
 # format -> adapter module; each exposes `convert(raw, where, ctx) -> dict` (a chain before validation),
@@ -24,10 +26,17 @@ FORMATS = {
     "visco": "stepcritic.data_prep.adapters.visco",
     "stepwise": "stepcritic.data_prep.adapters.stepwise",
     "jsonl": "stepcritic.data_prep.adapters.canonical",
+    "visualprocessbench": "stepcritic.data_prep.adapters.visualprocessbench",
+    "visualprm": "stepcritic.data_prep.adapters.visualprm",
 }
 
 STEP_ASPECTS = ("type", "correct", "description_correctness", "description_relevance", "logic_correct",
-                "logic_relevant", "informative", "logic_error", "human_score")
+                "logic_relevant", "informative", "logic_error", "human_score", "rating")
+
+
+# what stats["label_notes"] counts (every key, zeros included, so a reader can tell "none" from "not counted")
+NOTE_KEYS = ("neutral_steps", "soft_labelled_steps", "soft_labelled_correct", "soft_labelled_incorrect",
+             "multi_image_chains", "images_left_out")
 
 
 class IngestError(UserError, RuntimeError):
@@ -89,12 +98,20 @@ def label_counts(chains: list[dict]) -> dict:
 
 
 def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | None = None,
-           on_error: str = "fail", log=print) -> dict:
-    """Convert `input_path` in format `fmt` into a canonical chains dataset at `out_dir`; return the stats."""
+           on_error: str = "fail", log=print, soft_threshold: float = labels.SOFT_THRESHOLD) -> dict:
+    """Convert `input_path` in format `fmt` into a canonical chains dataset at `out_dir`; return the stats.
+
+    Steps with a soft label (a score in [0, 1]) and no boolean are correct when the score is above
+    `soft_threshold`.
+    """
     if fmt not in FORMATS:
         raise IngestError(f"unknown format {fmt!r}; choose one of {sorted(FORMATS)}")
     if on_error not in ("fail", "skip"):
         raise IngestError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
+    if isinstance(soft_threshold, bool) or not isinstance(soft_threshold, (int, float)) or not 0 <= soft_threshold < 1:
+        # a score is at most 1, so a threshold of 1 would label every step incorrect
+        raise IngestError(f"--soft-threshold must be in [0, 1) (a step is correct when its score is above it), "
+                          f"got {soft_threshold!r}")
     if os.path.isdir(input_path):
         raise IngestError(f"{input_path} is a folder; --input takes one file (.jsonl, .json or .parquet)")
     if not os.path.isfile(input_path):
@@ -105,13 +122,15 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
     kept: list[dict] = []
     rejected: list[dict] = []
     seen_ids: set[str] = set()
+    notes: Counter = Counter()
+    multi_image: list[str] = []
     n_in = 0
     for where, raw in read_records(input_path):
         n_in += 1
         try:
             if isinstance(raw, SchemaError):
                 raise raw
-            chain = validate_chain(adapter.convert(raw, where, ctx), where, ctx["image_root"])
+            chain = validate_chain(adapter.convert(raw, where, ctx), where, ctx["image_root"], soft_threshold)
             if chain["chain_id"] in seen_ids:
                 raise SchemaError(f"duplicate chain_id {chain['chain_id']!r}", where, "chain_id")
         except SchemaError as e:
@@ -122,6 +141,10 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
             continue
         seen_ids.add(chain["chain_id"])
         kept.append(chain)
+        chain_notes = labels.label_notes(chain, chain_meta(chain))
+        notes.update(chain_notes)
+        if chain_notes["multi_image_chains"]:
+            multi_image.append(chain["chain_id"])
 
     assert n_in == len(kept) + len(rejected)  # the accounting invariant, never violated silently
     if n_in == 0:
@@ -130,6 +153,8 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
         "format": fmt, "input": os.path.abspath(input_path), "image_root": ctx["image_root"],
         "n_records": n_in, "n_chains": len(kept), "n_steps": sum(len(c["steps"]) for c in kept),
         "n_rejected": len(rejected), "rejected": rejected, "label_counts": label_counts(kept),
+        "label_notes": {k: notes[k] for k in NOTE_KEYS}, "soft_threshold": float(soft_threshold),
+        "multi_image_chains": multi_image,
     }
     if hasattr(adapter, "check"):
         stats.update(adapter.check(kept))
@@ -139,4 +164,5 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
         save_chains(kept, out_dir)
         with open(os.path.join(out_dir, "stats.json"), "w") as f:
             json.dump(stats, f, indent=2)
+        write_ingest_card(stats, os.path.join(out_dir, "README.md"))
     return stats

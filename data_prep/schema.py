@@ -5,7 +5,8 @@ raises `SchemaError` naming the record and the field; `save_chains`/`load_chains
 chains as a self-contained Hugging Face dataset (images embedded as bytes in the `Image` feature).
 
 Label vocabularies follow MiCEval (step types, per-aspect labels, error types) and VISCO
-(per-step correctness with reference critiques).
+(per-step correctness with reference critiques); a step may also carry a three-way `rating` (neutral steps) and
+a `soft_label` score, see `labels.py`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 from typing import Any, Iterable
 
+from stepcritic.data_prep.labels import RATINGS, SOFT_THRESHOLD, soft_correct
 from stepcritic.errors import UserError
 
 STEP_TYPES = ("description", "reasoning", "both")
@@ -37,6 +39,7 @@ STEP_BOOLS = ("correct", "logic_correct", "logic_relevant", "informative")
 STEP_FIELDS = (
     "text", "type", "correct", "description_correctness", "description_relevance", "description_errors",
     "logic_correct", "logic_relevant", "informative", "logic_error", "explanations", "premises", "human_score",
+    "rating", "soft_label",
 )
 CHAIN_FIELDS = (
     "chain_id", "group_id", "source", "image", "question", "reference_answer", "final_answer",
@@ -180,7 +183,22 @@ def _opt_vocab(value: Any, allowed: tuple, where: str, field: str) -> str | None
     return value
 
 
-def validate_step(step: Any, index: int, where: str) -> dict:
+def _step_rating(value: Any, where: str, field: str) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value in RATINGS):
+        return value
+    raise SchemaError(f"rating must be 1 (correct), 0 (neutral), -1 (incorrect) or null, got {value!r}", where, field)
+
+
+def _soft_label(value: Any, where: str, field: str) -> float | None:
+    if value is None:
+        return None
+    # `not 0 <= value <= 1` is also true for NaN
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise SchemaError(f"soft_label must be a number in [0, 1] or null, got {value!r}", where, field)
+    return float(value)
+
+
+def validate_step(step: Any, index: int, where: str, soft_threshold: float = SOFT_THRESHOLD) -> dict:
     f = lambda name: f"steps[{index}].{name}"  # noqa: E731
     if isinstance(step, str):
         step = {"text": step}
@@ -214,7 +232,16 @@ def validate_step(step: Any, index: int, where: str) -> dict:
         raise SchemaError(f"premises must be indices of earlier steps (< {index}), got {premises!r}",
                           where, f("premises"))
     out["premises"] = None if premises is None else list(premises)
-    if out["correct"] is None:  # derive from aspect labels when only those are given
+    out["rating"] = _step_rating(step.get("rating"), where, f("rating"))
+    out["soft_label"] = _soft_label(step.get("soft_label"), where, f("soft_label"))
+    if out["rating"] is not None:
+        implied = RATINGS[out["rating"]]
+        if out["correct"] is not None and out["correct"] != implied:  # a neutral step has no verdict to contradict
+            raise SchemaError(f"correct {out['correct']} contradicts rating {out['rating']}", where, f("correct"))
+        out["correct"] = implied
+    elif out["correct"] is None and out["soft_label"] is not None:
+        out["correct"] = soft_correct(out["soft_label"], soft_threshold)
+    if out["correct"] is None and out["rating"] != 0:  # derive from aspect labels when only those are given
         out["correct"] = step_correct_from_aspects(out)
     hs = step.get("human_score")
     if hs is None:
@@ -225,8 +252,12 @@ def validate_step(step: Any, index: int, where: str) -> dict:
     return out
 
 
-def validate_chain(record: Any, where: str = "record", image_root: str | None = None) -> dict:
-    """Check and normalise one chain. Raises SchemaError naming `where` and the offending field."""
+def validate_chain(record: Any, where: str = "record", image_root: str | None = None,
+                   soft_threshold: float = SOFT_THRESHOLD) -> dict:
+    """Check and normalise one chain. Raises SchemaError naming `where` and the offending field.
+
+    A step with a `soft_label` and no `correct` is labelled correct when the score is above `soft_threshold`.
+    """
     if not isinstance(record, dict):
         raise SchemaError(f"a chain must be a JSON object, got {type(record).__name__}", where)
     unknown = set(record) - set(CHAIN_FIELDS)
@@ -241,7 +272,7 @@ def validate_chain(record: Any, where: str = "record", image_root: str | None = 
     image = load_image_bytes(record.get("image"), image_root, where)
     out = {name: record.get(name) for name in CHAIN_FIELDS}
     out["image"] = image
-    out["steps"] = [validate_step(s, i, where) for i, s in enumerate(steps)]
+    out["steps"] = [validate_step(s, i, where, soft_threshold) for i, s in enumerate(steps)]
     for name in ("source", "reference_answer", "final_answer", "generator", "category"):
         if out[name] is not None and not isinstance(out[name], str):
             out[name] = str(out[name])
@@ -287,6 +318,7 @@ def features():
         "description_errors": List(Value("string")), "logic_correct": Value("bool"),
         "logic_relevant": Value("bool"), "informative": Value("bool"), "logic_error": Value("string"),
         "explanations": List(Value("string")), "premises": List(Value("int32")), "human_score": Value("float32"),
+        "rating": Value("int8"), "soft_label": Value("float32"),
     }
     return Features({
         "chain_id": Value("string"), "group_id": Value("string"), "source": Value("string"), "image": Image(),

@@ -16,7 +16,7 @@ from stepcritic.data_prep.splits import split_by_group
 COLUMNS = {
     "critique-sft": {"messages", "images", "chain_id", "group_id"},
     "verifier-sft": {"messages", "images", "chain_id", "group_id", "task", "label", "step_index"},
-    "prm-sft": {"messages", "images", "chain_id", "group_id"},
+    "prm-sft": {"messages", "step_targets", "images", "chain_id", "group_id"},
     "critique-pref": {"prompt", "chosen", "rejected", "images", "corruption", "chain_id", "group_id"},
     "outcome-rm": {"prompt", "chosen", "rejected", "images", "chosen_chain_id", "rejected_chain_id", "group_id"},
 }
