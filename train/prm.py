@@ -3,12 +3,13 @@
 Each user turn adds one step of the chain and the assistant answers `+` or `-`; the loss covers only those answers
 (`assistant_only_loss`). Plain multi-turn SFT would also show the model the gold answers of earlier steps; the
 `HiddenJudgementCollator` below hides them, so training sees exactly what `scoring.PRMScorer` builds at inference.
+Rows with `step_targets` may leave a step out of the loss or train it towards a soft score (`prm_targets.py`).
 """
 
 from __future__ import annotations
 
 from stepcritic.data_prep import prompts
-from stepcritic.train import common, sft
+from stepcritic.train import common, prm_targets, sft
 from stepcritic.train.scoring import single_token_id
 
 
@@ -30,6 +31,8 @@ class HiddenJudgementCollator:
         labels = batch["labels"]
         judged = (labels == self.positive_id) | (labels == self.negative_id)
         batch["input_ids"] = batch["input_ids"].masked_fill(judged, self.positive_id)
+        if any(example.get("step_targets") is not None for example in examples):
+            prm_targets.apply_step_targets(batch, judged, [example.get("step_targets") for example in examples])
         return batch
 
 
@@ -40,15 +43,13 @@ def check_config(recipe) -> None:
 
 
 def build_trainer(recipe, model, processor, train_data, eval_data):
-    from trl import SFTTrainer
-
     check_config(recipe)
     model = common.prepare_model(recipe, model)
-    trainer = SFTTrainer(model=model, args=recipe.training_args, train_dataset=train_data,
-                         eval_dataset=eval_data, processing_class=processor)
+    trainer = prm_targets.trainer_class()(model=model, args=recipe.training_args, train_dataset=train_data,
+                                          eval_dataset=eval_data, processing_class=processor)
     tokenizer = getattr(processor, "tokenizer", processor)
-    trainer.data_collator = HiddenJudgementCollator(
-        trainer.data_collator, single_token_id(tokenizer, prompts.PRM_POSITIVE),
-        single_token_id(tokenizer, prompts.PRM_NEGATIVE))
+    trainer.judgement_ids = (single_token_id(tokenizer, prompts.PRM_POSITIVE),
+                             single_token_id(tokenizer, prompts.PRM_NEGATIVE))
+    trainer.data_collator = HiddenJudgementCollator(trainer.data_collator, *trainer.judgement_ids)
     sft.check_targets_fit(trainer, train_data)
     return trainer
