@@ -80,6 +80,23 @@ class JudgeCache:
         self.picks.close()
 
 
+def cached_judges(out_dir: str) -> list[dict]:
+    """Every judge's cache folder under `OUT/cache/`: {"judge", "fingerprint", "dir", "used"}, `used` being when
+    a command last opened it (the mtime of its `judge.json`, rewritten by every `JudgeCache`)."""
+    root = os.path.join(out_dir, "cache")
+    found = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        path = os.path.join(root, name, "judge.json")
+        try:
+            with open(path) as f:
+                info = json.load(f)
+            found.append({"judge": info["judge"], "fingerprint": info["fingerprint"],
+                          "dir": os.path.join(root, name), "used": os.path.getmtime(path)})
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a judge's folder (or one torn mid-write): nothing to report from it
+    return found
+
+
 def write_jsonl_atomic(path: str, records) -> int:
     """Write records to `path` via a temporary file and a rename, so readers never see half a file."""
     tmp = f"{path}.tmp"

@@ -22,6 +22,7 @@ judge specs (repeat --judge to compare judges side by side):
 
 Re-running with the same arguments resumes: judgments already in OUT/cache/ are reused, only the
 missing ones are made. Changing a judge's spec changes its fingerprint and re-judges only that judge.
+The report in OUT covers every judge whose cache there holds these chains, not only this command's.
 
 Choice ranking uses each judge's chain score; a judge without one is scored by the fraction of
 steps it judged correct.

@@ -4,7 +4,8 @@
 questions) its cache lacks, streaming the dataset through `Judge.judge_stream` and saving each critique
 as it arrives, then rebuilds `predictions.jsonl` from the caches and hands gold + predictions to `report`
 for metrics, tables and plots. A run killed at any moment and started again with the same arguments
-finishes the job with exactly one judgment per chain and judge.
+finishes the job with exactly one judgment per chain and judge. The report covers every judge whose cache in
+the output folder holds a judgment of every chain (and question) asked, not only the judges of this command.
 
 Its top level imports only the standard library: `stepcritic eval --help` reads `TASKS` from here.
 """
@@ -19,8 +20,8 @@ from collections import defaultdict
 
 from stepcritic.errors import UserError
 from stepcritic.eval import tasks as registry
-from stepcritic.eval.cache import JudgeCache, write_jsonl_atomic
-from stepcritic.eval.judges.base import Critique, Judge
+from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, write_jsonl_atomic
+from stepcritic.eval.judges.base import Critique, Judge, best_index
 
 TASKS = tuple(registry.TASKS)
 OPTION_LETTERS = "ABCD"
@@ -182,12 +183,22 @@ def shifted_questions(questions: list[dict]) -> list[dict]:
     return out
 
 
-def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache, progress: bool) -> dict:
-    """Ask `judge.pick_best` every shifted question missing from the cache."""
+def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache, progress: bool,
+                chain_scores: dict | None = None) -> dict:
+    """Ask `judge.pick_best` every shifted question missing from the cache.
+
+    With `chain_scores` (chain_id -> the judge's cached chain score, for a judge that `picks_by_chain_score`)
+    each shift is answered from those scores, as `Judge.pick_best` would answer it, without scoring again.
+    """
     from tqdm.auto import tqdm
 
     done = cache.picks.load()
     missing = [q for q in questions if done.get(q["question_id"], {}).get("options") != q["options"]]
+    if chain_scores is not None:  # nothing to wait for: saved in one write
+        picked = [best_index([chain_scores[cid] for cid in q["options"]]) for q in missing]
+        cache.picks.append([dict(q, prediction=None if k is None else OPTION_LETTERS[k], answered_from="chain_score")
+                            for q, k in zip(missing, picked)])
+        return {"cached": len(questions) - len(missing), "judged": 0, "from_chain_scores": len(missing)}
     index_of = {cid: i for i, cid in enumerate(dataset["chain_id"])}
     bar = tqdm(total=len(missing), desc=f"{judge.name} shiftcheck", unit="question", disable=not progress,
                file=sys.stderr)
@@ -233,12 +244,42 @@ def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], ou
             result["predictions"] = [prediction_record(cached[g["chain_id"]], judge.name, fingerprint)
                                      for g in gold]
         if questions:
-            result["run"]["picks"] = judge_picks(judge, dataset, questions, cache, progress)
+            reuse = wants_critiques and judge.picks_by_chain_score()
+            scores = {p["chain_id"]: p["chain_score"] for p in result["predictions"]} if reuse else None
+            result["run"]["picks"] = judge_picks(judge, dataset, questions, cache, progress, scores)
             cached = cache.picks.load()
             result["picks"] = [cached[q["question_id"]] for q in questions]
     finally:
         cache.close()
     return result
+
+
+def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions: list[dict],
+                 wants_critiques: bool) -> tuple[dict, list[str]]:
+    """The judges an earlier command left in `out_dir`'s cache, read back for the report: those whose cache
+    holds a current judgment of every chain (and ShiftCheck question) asked now. A judge of this command
+    supersedes its older caches (same name, another fingerprint); of several older caches of one name the one
+    last used counts. Returns (runs as `run_judge` returns them, names left out for an incomplete cache)."""
+    current = {j.cache_name for j in judges} | {j.name for j in judges}
+    latest: dict[str, dict] = {}
+    for entry in cached_judges(out_dir):
+        if entry["judge"] not in current and entry["used"] >= latest.get(entry["judge"], {"used": -1})["used"]:
+            latest[entry["judge"]] = entry
+    runs, left_out = {}, []
+    for name, entry in sorted(latest.items()):
+        folder = entry["dir"]
+        critiques = JsonlLog(os.path.join(folder, "critiques.jsonl"), "chain_id").load() if wants_critiques else {}
+        picks = JsonlLog(os.path.join(folder, "picks.jsonl"), "question_id").load() if questions else {}
+        if (any(critiques.get(g["chain_id"], {}).get("digest") != g["digest"] for g in gold if wants_critiques)
+                or any(picks.get(q["question_id"], {}).get("options") != q["options"] for q in questions)):
+            left_out.append(name)
+            continue
+        runs[name] = {"fingerprint": entry["fingerprint"],
+                      "predictions": [prediction_record(critiques[g["chain_id"]], name, entry["fingerprint"])
+                                      for g in gold] if wants_critiques else [],
+                      "picks": [picks[q["question_id"]] for q in questions],
+                      "run": {"critiques": None, "picks": None, "earlier_command": True}}
+    return runs, left_out
 
 
 def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, limit: int | None = None,
@@ -267,13 +308,16 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, l
 
     runs = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
                                   wants_critiques, progress) for judge in judges}
+    earlier, left_out = earlier_runs(out_dir, judges, gold, questions, wants_critiques)
+    runs.update(earlier)
     write_jsonl_atomic(os.path.join(out_dir, "predictions.jsonl"),
                        (p for run in runs.values() for p in run["predictions"]))
     metrics = results.compute_metrics(gold, {name: r["predictions"] for name, r in runs.items()},
                                       {name: r["picks"] for name, r in runs.items()}, tasks=tasks, matcher=matcher)
     for name, result in runs.items():
         metrics["judges"][name].update(run=result["run"], fingerprint=result["fingerprint"])
+    metrics["earlier_judges"] = {"included": sorted(earlier), "left_out": left_out}
     report.write_report(metrics, out_dir)
-    for name in names:
+    for name in names + sorted(earlier):
         log(report.summary_line(name, metrics["judges"][name]))
     return metrics

@@ -100,11 +100,23 @@ class Judge:
         exactly the kind of position preference ShiftCheck exposes. Generative judges override this
         with a "which chain is best?" prompt.
         """
-        scores = [c.chain_score for c in self.judge_batch(chains)]
-        if all(s is None for s in scores):
-            return None
-        best = max(s for s in scores if s is not None)
-        return next(i for i, s in enumerate(scores) if s == best)
+        return best_index([c.chain_score for c in self.judge_batch(chains)])
+
+    def picks_by_chain_score(self) -> bool:
+        """Whether `pick_best` is the highest of this judge's own chain scores (it is not overridden). Then the
+        runner answers ShiftCheck from the chain scores of the critiques it already has, instead of scoring
+        every chain again under every shift. A judge whose score of a chain depends on the other chains shown
+        with it (a listwise judge) overrides `pick_best`."""
+        return type(self).pick_best is Judge.pick_best
 
     def close(self) -> None:
         pass
+
+
+def best_index(scores: list) -> int | None:
+    """The position of the highest score, the earliest on ties (the position preference ShiftCheck exposes);
+    None when no chain has a score."""
+    if all(s is None for s in scores):
+        return None
+    best = max(s for s in scores if s is not None)
+    return next(i for i, s in enumerate(scores) if s == best)

@@ -122,5 +122,8 @@ class TextOnlyJudge(Judge):
     def pick_best(self, chains: list[dict]) -> int | None:
         return self.inner.pick_best(self._blanked(chains))
 
+    def picks_by_chain_score(self) -> bool:
+        return self.inner.picks_by_chain_score()
+
     def close(self) -> None:
         self.inner.close()
