@@ -19,6 +19,8 @@ from stepcritic.eval.judges.base import Critique, Judge
 from stepcritic.eval.runner import TASKS, build_judge, evaluate
 from stepcritic.eval.tasks import METRICS, find, has, lookup, metrics_for
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def _coin(*parts) -> float:
     """A fixed pseudo-random number in [0, 1) per key, so the judge's answers do not depend on batching."""
@@ -161,3 +163,11 @@ def test_a_registered_metric_missing_from_its_section_is_an_error(monkeypatch):
     data = results.JudgeData([], [], [], None, [])
     with pytest.raises(KeyError, match="accuracy"):
         results.section(data, ["choice"])
+
+
+def test_readme_lists_every_registered_metric():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    evaluation = readme[readme.index("## Evaluation"):readme.index("## Benchmarks")]
+    missing = [m.display for m in METRICS.values() if m.display.replace(" ({matcher})", "") not in evaluation]
+    assert missing == []
