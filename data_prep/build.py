@@ -131,16 +131,20 @@ def _verifier_sft(chains, template, out: _SplitRows, **_) -> None:
             out.skipped["no_verifier_labels"] += 1
 
 
-def _prm_sft(chains, template, out: _SplitRows, step_targets: str = "hard", **_) -> None:
+def _prm_sft(chains, template, out: _SplitRows, step_targets: str = "hard", prm_notes: bool = False, **_) -> None:
     for chain in chains:
         if any(s["correct"] is None and not labels.is_neutral(s) for s in chain["steps"]):
             out.skipped["unknown_step_label"] += 1
+            continue
+        if prm_notes and any(prompts.prm_note(s) is None for s in chain["steps"]):
+            out.skipped["no_note"] += 1  # an incorrect step with neither a correction nor an explanation
             continue
         targets = labels.step_targets(chain, step_targets)
         # A neutral step left open gets the scorer's placeholder judgement: its target is null, so the collator
         # takes it out of the loss, and the input never shows a judgement anyway (`train.prm`).
         shown = dict(chain, steps=[dict(s, correct=True) if labels.is_neutral(s) else s for s in chain["steps"]])
-        out.rows.append({"messages": prompts.prm_messages(shown, template), "step_targets": targets, **_ids(chain)})
+        out.rows.append({"messages": prompts.prm_messages(shown, template, notes=prm_notes), "step_targets": targets,
+                         **_ids(chain)})
         out.labels.update("neutral" if labels.is_neutral(s) else prompts.PRM_POSITIVE if s["correct"]
                           else prompts.PRM_NEGATIVE for s in chain["steps"])
         if step_targets == "soft":
@@ -308,8 +312,8 @@ def _split_info(n_in: int, sources: Counter, split_chains: dict, n_neutral: int)
 
 
 def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts.PromptTemplate | None = None,
-                  pref_mix: dict | str | None = None, neutral: str = "skip",
-                  step_targets: str = "hard") -> tuple[prompts.PromptTemplate, dict | None]:
+                  pref_mix: dict | str | None = None, neutral: str = "skip", step_targets: str = "hard",
+                  prm_notes: bool = False) -> tuple[prompts.PromptTemplate, dict | None]:
     """Check the build options before any chain is read; returns the loaded template and the parsed mix.
 
     `test_fraction` may be 0 here (everything in train); the command line asks for a held-out split.
@@ -326,6 +330,8 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
         raise BuildError(f"step_targets must be one of {list(labels.STEP_TARGETS)}, got {step_targets!r}")
     if step_targets != "hard" and kind != "prm-sft":
         raise BuildError(f"--step-targets {step_targets} only applies to kind 'prm-sft', not {kind!r}")
+    if prm_notes and kind != "prm-sft":
+        raise BuildError(f"--prm-notes only applies to kind 'prm-sft', not {kind!r}")
     try:
         loaded_template = prompts.load_template(template or prompts.DEFAULT_TEMPLATES[TEMPLATE_ROLE[kind]])
     except FileNotFoundError as e:
@@ -336,12 +342,16 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
 
 def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, seed: int = 0,
                   template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None,
-                  neutral: str = "skip", step_targets: str = "hard") -> dict:
-    """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats."""
+                  neutral: str = "skip", step_targets: str = "hard", prm_notes: bool = False) -> dict:
+    """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats.
+
+    `prm_notes` (prm-sft): each judgement comes after the step as it should read (`prompts.prm_note`)."""
     from stepcritic.data_prep.card import write_card
 
-    loaded_template, mix = check_options(kind, test_fraction, template, pref_mix, neutral, step_targets)
+    loaded_template, mix = check_options(kind, test_fraction, template, pref_mix, neutral, step_targets, prm_notes)
     step_labels = {"neutral": neutral, "step_targets": step_targets}
+    if kind == "prm-sft":
+        step_labels["prm_notes"] = prm_notes
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_dir)), prefix=".build-") as tmp:
         built = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp, step_labels) \
@@ -371,6 +381,7 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
     }
     if kind == "prm-sft":
         stats["step_targets"] = step_targets
+        stats["prm_notes"] = prm_notes
     if mix is not None:
         stats["pref_mix"] = {"weights": mix,
                              "realised": dict(sum((produced[s].labels for s in SPLITS), Counter()))}

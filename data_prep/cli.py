@@ -70,6 +70,10 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--step-targets", choices=STEP_TARGETS, default="hard",
                    help="prm-sft only: hard (default) trains on +/-; soft trains each step with a soft label towards "
                         "that probability of + (cross-entropy against the score)")
+    p.add_argument("--prm-notes", action="store_true",
+                   help="prm-sft only: before each +/- the PRM writes the step as it should read (the step itself "
+                        "when correct, its correction or else its first reference critique when not); scoring then "
+                        "generates the note first")
     return parser
 
 
@@ -118,7 +122,7 @@ def main(args: argparse.Namespace) -> int:
             raise BuildError(f"--test-fraction must be between 0 and 1 (the share of groups held out for the "
                              f"'test' split), got {args.test_fraction}")
         options = dict(template=args.template, pref_mix=args.pref_mix, neutral=args.neutral,
-                       step_targets=args.step_targets)
+                       step_targets=args.step_targets, prm_notes=args.prm_notes)
         check_options(args.kind, args.test_fraction, **options)  # before reading any chain
         stats = build_dataset(load_chains(args.chains), args.kind, args.out, test_fraction=args.test_fraction,
                               seed=args.seed, **options)

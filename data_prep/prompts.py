@@ -25,6 +25,7 @@ from stepcritic.data_prep import critique, schema
 
 PRM_POSITIVE = "+"
 PRM_NEGATIVE = "-"
+PRM_NOTE_END = "\n"  # between a note and its judgement: "+"/"-" then stay one token of their own
 
 VERIFIER_TASKS: dict[str, tuple[str, ...]] = {
     "step_type": schema.STEP_TYPES,
@@ -244,13 +245,42 @@ def _prm_conversation(chain: dict, judgements: list[str], template) -> list[dict
     return messages
 
 
-def prm_messages(chain: dict, template: str | PromptTemplate | None = None) -> list[dict]:
-    """Step-by-step conversation whose assistant turns are the gold `+`/`-` judgements (PRM training)."""
+def prm_note(step: dict) -> str | None:
+    """What a note-writing PRM writes before its verdict: the step as it should read.
+
+    Why a note: the synthetic labels are built so that neither a step's words nor the image alone predict them,
+    only the two together (an XOR), and a model trained from scratch on the verdict alone gets no gradient
+    towards either half: it stays at the label prior. Writing the step as the image has it first is a plain
+    look-up with a signal of its own, and the verdict then compares two pieces of text (README, issue 11).
+    A correct step reads as it is; an incorrect one as its `correction`, or, when no rewording fixes it
+    (irrelevant, repeated), as its first reference critique; None when an incorrect step has neither.
+    """
+    if step.get("correct") is not False:
+        return step["text"]
+    if step.get("correction"):
+        return step["correction"]
+    return (step.get("explanations") or [None])[0]
+
+
+def prm_turn(judgement: str, note: str | None = None) -> str:
+    """One assistant turn of the PRM conversation: the judgement, after its note on a line of its own."""
+    return judgement if note is None else f"{note}{PRM_NOTE_END}{judgement}"
+
+
+def prm_messages(chain: dict, template: str | PromptTemplate | None = None, notes: bool = False) -> list[dict]:
+    """Step-by-step conversation whose assistant turns are the gold `+`/`-` judgements (PRM training), each after
+    the step's note (`prm_note`) when `notes`."""
     judgements = []
     for i, step in enumerate(chain["steps"]):
+        where, field = chain.get("chain_id"), f"steps[{i}]"
         if step.get("correct") is None:
-            raise schema.SchemaError("step has no correctness label", chain.get("chain_id"), f"steps[{i}].correct")
-        judgements.append(PRM_POSITIVE if step["correct"] else PRM_NEGATIVE)
+            raise schema.SchemaError("step has no correctness label", where, f"{field}.correct")
+        verdict = PRM_POSITIVE if step["correct"] else PRM_NEGATIVE
+        note = prm_note(step) if notes else None
+        if notes and note is None:
+            raise schema.SchemaError("an incorrect step needs a correction or an explanation for its note", where,
+                                     f"{field}.correction")
+        judgements.append(prm_turn(verdict, note))
     return _prm_conversation(chain, judgements, template)
 
 

@@ -6,7 +6,7 @@ chains as a self-contained Hugging Face dataset (images embedded as bytes in the
 
 Label vocabularies follow MiCEval (step types, per-aspect labels, error types) and VISCO
 (per-step correctness with reference critiques); a step may also carry a three-way `rating` (neutral steps) and
-a `soft_label` score, see `labels.py`.
+a `soft_label` score, see `labels.py`, and an incorrect step its `correction` (the step rewritten to be right).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ STEP_BOOLS = ("correct", "logic_correct", "logic_relevant", "informative")
 STEP_FIELDS = (
     "text", "type", "correct", "description_correctness", "description_relevance", "description_errors",
     "logic_correct", "logic_relevant", "informative", "logic_error", "explanations", "premises", "human_score",
-    "rating", "soft_label",
+    "rating", "soft_label", "correction",
 )
 CHAIN_FIELDS = (
     "chain_id", "group_id", "source", "image", "question", "reference_answer", "final_answer",
@@ -232,6 +232,10 @@ def validate_step(step: Any, index: int, where: str, soft_threshold: float = SOF
         raise SchemaError(f"premises must be indices of earlier steps (< {index}), got {premises!r}",
                           where, f("premises"))
     out["premises"] = None if premises is None else list(premises)
+    correction = step.get("correction")
+    if correction is not None and (not isinstance(correction, str) or not correction.strip()):
+        raise SchemaError("correction must be a non-empty string or null", where, f("correction"))
+    out["correction"] = None if correction is None else correction.strip()
     out["rating"] = _step_rating(step.get("rating"), where, f("rating"))
     out["soft_label"] = _soft_label(step.get("soft_label"), where, f("soft_label"))
     if out["rating"] is not None:
@@ -318,7 +322,7 @@ def features():
         "description_errors": List(Value("string")), "logic_correct": Value("bool"),
         "logic_relevant": Value("bool"), "informative": Value("bool"), "logic_error": Value("string"),
         "explanations": List(Value("string")), "premises": List(Value("int32")), "human_score": Value("float32"),
-        "rating": Value("int8"), "soft_label": Value("float32"),
+        "rating": Value("int8"), "soft_label": Value("float32"), "correction": Value("string"),
     }
     return Features({
         "chain_id": Value("string"), "group_id": Value("string"), "source": Value("string"), "image": Image(),

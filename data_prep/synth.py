@@ -481,9 +481,12 @@ def _description_correctness(said, truth) -> str:
     return "unsupported"
 
 
-def _finish(step: dict, note: Note, explanations: list[str]) -> tuple[dict, Note]:
+def _finish(step: dict, note: Note, explanations: list[str], correction: str | None = None) -> tuple[dict, Note]:
+    """`correction`: the step as it should read (a wrong value replaced by the true one); None for steps that
+    no rewording fixes (irrelevant, repeated)."""
     step["correct"] = schema.step_correct_from_aspects(step)
     step["explanations"] = [] if step["correct"] else explanations
+    step["correction"] = None if step["correct"] else correction
     return step, note
 
 
@@ -507,7 +510,7 @@ def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], faul
             explanations = [f"{e} It builds on the mistake in step {wrong_at}." for e in explanations]
         else:
             note.fault = "inter" if injected else None
-        return (*_finish(step, note, explanations), said)
+        return (*_finish(step, note, explanations, claim.say(claim.truth)), said)
 
     described = claim.corrupt(claim.truth, rng) if fault == "description" else claim.truth
     correctness = _description_correctness(described, claim.truth)
@@ -517,7 +520,7 @@ def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], faul
     note.fault = None if correctness == "correct" else claim.error
     if claim.type == "description":
         step["text"] = claim.say(described)
-        return (*_finish(step, note, explanations), described)
+        return (*_finish(step, note, explanations, claim.say(claim.truth)), described)
 
     # "both": a description plus a conclusion drawn inside the same sentence (a claim gets at most
     # one fault, so an intra-step error sits on a correct description)
@@ -529,7 +532,8 @@ def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], faul
         note.fault = "intra"
     step.update(text=claim.say((described, conclusion)), logic_correct=not intra, logic_relevant=True,
                 informative=True, logic_error="intra" if intra else None)
-    return (*_finish(step, note, explanations), conclusion)
+    correction = claim.say((claim.truth, claim.follow(claim.truth)))
+    return (*_finish(step, note, explanations, correction), conclusion)
 
 
 def _irrelevant_step(claim: Claim, question: str, rng) -> tuple[dict, Note]:

@@ -124,7 +124,11 @@ def main(args: argparse.Namespace) -> int:
     def build_all():
         chains = load_chains(os.path.join(data, "train-chains"))
         for kind in ("prm-sft", "critique-sft", "critique-pref"):
-            stats = build_dataset(chains, kind, os.path.join(data, kind), test_fraction=0.05, seed=args.seed)
+            # the PRM writes each step as the image has it before its verdict (`data build --prm-notes`): a
+            # verdict-only PRM learns nothing here within the budget (README, issue 11)
+            options = {"prm_notes": True} if kind == "prm-sft" else {}
+            stats = build_dataset(chains, kind, os.path.join(data, kind), test_fraction=0.05, seed=args.seed,
+                                  **options)
             print(f"  {kind}: {stats.get('rows', stats)}")
     stages.run("build datasets", build_all)
 

@@ -130,6 +130,26 @@ def test_prm_learns_to_read_the_image(workdir):
         assert abs(blank_auc - 0.5) <= 0.2
 
 
+def test_prm_with_notes_learns_what_the_verdict_alone_does_not(workdir):
+    # "red" and "blue" for every picture, one true: the label is an XOR of words and picture, so neither alone
+    # predicts it, and a verdict-only PRM stays at the prior (easy_chains' note; measured 0.52 / 0.47 verdict
+    # accuracy on one-/three-shape scenes after 300 steps). Written first, the note ("The shapes are blue.") is a
+    # look-up the picture answers, and the verdict a comparison of two sentences.
+    chains = easy_chains(N_IMAGES, seed=5 + 10 * SEED, claims=("red", "blue"))
+    data, held_out = build(chains, "prm-sft", workdir / "prm-notes-data", prm_notes=True)
+    out = train("prm.yaml", data, workdir / "prm-notes", max_steps=40, learning_rate=3e-3, **FAST)
+
+    labels = [c["steps"][0]["correct"] for c in held_out]
+    seen = [1 - c.p_incorrect[0] for c in judge(f"prm:{out}", held_out)]
+    blind = [1 - c.p_incorrect[0] for c in judge(f"prm:{out},blank_image=true", held_out)]
+    accuracy = sum((p >= 0.5) == y for p, y in zip(seen, labels)) / len(labels)
+    print(f"prm with notes: held-out AUC {auc(labels, seen):.3f}, accuracy {accuracy:.3f}; "
+          f"blank AUC {auc(labels, blind):.3f}")
+    assert auc(labels, seen) >= 0.9
+    assert accuracy >= 0.9
+    assert abs(auc(labels, blind) - 0.5) <= 0.2
+
+
 # ----------------------------------------------------------------------------- reward
 
 def test_reward_model_learns_which_chain_the_image_supports(workdir):

@@ -29,11 +29,41 @@ class HiddenJudgementCollator:
     def __call__(self, examples):
         batch = self.collator(examples)
         labels = batch["labels"]
-        judged = (labels == self.positive_id) | (labels == self.negative_id)
+        judged = judgement_mask(labels, self.positive_id, self.negative_id)
         batch["input_ids"] = batch["input_ids"].masked_fill(judged, self.positive_id)
         if any(example.get("step_targets") is not None for example in examples):
             prm_targets.apply_step_targets(batch, judged, [example.get("step_targets") for example in examples])
         return batch
+
+
+def judgement_mask(labels, positive_id: int, negative_id: int):
+    """The judgement tokens: in each assistant turn (a run of trained labels), the last `+`/`-`. A turn is
+    that one token, or a note and then it (`prompts.prm_turn`), and a note may use the same symbols."""
+    import torch
+
+    verdict = (labels == positive_id) | (labels == negative_id)
+    mask = torch.zeros_like(verdict)
+    for row, (trained, candidates) in enumerate(zip((labels != -100).tolist(), verdict.tolist())):
+        last = None
+        for position, (in_turn, candidate) in enumerate(zip(trained + [False], candidates + [False])):
+            if not in_turn and last is not None:  # the turn ended: its last candidate is the judgement
+                mask[row, last] = True
+                last = None
+            elif in_turn and candidate:
+                last = position
+    return mask
+
+
+def writes_notes(rows) -> bool:
+    """Whether prm-sft rows were built with `--prm-notes` (their assistant turns hold more than the judgement)."""
+    for row in rows.select(range(min(len(rows), 8))) if hasattr(rows, "select") else rows[:8]:
+        for message in row["messages"]:
+            if message["role"] == "assistant":
+                content = message["content"]
+                text = content if isinstance(content, str) else "".join(p.get("text") or "" for p in content)
+                if text not in (prompts.PRM_POSITIVE, prompts.PRM_NEGATIVE):
+                    return True
+    return False
 
 
 def check_config(recipe) -> None:
@@ -44,6 +74,8 @@ def check_config(recipe) -> None:
 
 def build_trainer(recipe, model, processor, train_data, eval_data):
     check_config(recipe)
+    # the scorer reads this from the saved config: a note-writing PRM is scored by generating its notes
+    model.config.stepcritic_prm_notes = writes_notes(train_data)
     model = common.prepare_model(recipe, model)
     trainer = prm_targets.trainer_class()(model=model, args=recipe.training_args, train_dataset=train_data,
                                           eval_dataset=eval_data, processing_class=processor)

@@ -7,6 +7,16 @@ and run ONE teacher-forced forward pass: the logits just before each assistant t
 for that step. This equals asking step by step (the model is causal, so later tokens cannot influence earlier
 positions) at the cost of a single pass, and chains are batched (right-padded) on top.
 
+A PRM trained to write a note before each verdict (`data build --prm-notes`, recorded in its config as
+`stepcritic_prm_notes`) cannot be read in one pass: its verdict depends on a note the model must write itself.
+It is scored step by step, and the score is read from the note, not from the verdict: P(step correct) is the
+probability the model gives to the step's own text as its note, taken at the step's least likely token. A step
+the model would write as it stands scores near 1; one whose value it would write otherwise (a colour, a count)
+scores the probability of that wrong token. Why not the verdict: comparing note and step is itself an XOR of two
+tokens, which a model trained from scratch learns far more slowly than the look-up the note needs (README, issue
+11); the verdict is still trained and `verdict_scores` keeps P(`+`) after the greedy note for each step. The greedy
+note and a `+` placeholder then stay in the context for later steps, as in training.
+
 `RewardScorer` reads an outcome reward model (`method: reward`): one scalar per whole chain.
 """
 
@@ -44,8 +54,11 @@ def judgement_positions(assistant_mask):
 class PRMScorer:
     """P(step correct) for every step of every chain, one forward pass per batch of chains."""
 
+    MAX_NOTE_TOKENS = 48  # a note is one sentence; a verdict is forced after this many tokens
+
     def __init__(self, model, processor, template=None, batch_size: int = 8):
         self.model = model.eval()
+        self.notes = bool(getattr(model.config, "stepcritic_prm_notes", False))
         fast_masks.install()
         self.processor = processor
         self.template = template
@@ -77,6 +90,8 @@ class PRMScorer:
 
     def score(self, chains: list[dict]) -> list[list[float]]:
         """Per chain, per step: P(`+`) normalised over {`+`, `-`}."""
+        if self.notes:
+            return [self._score_with_notes(chain) for chain in chains]
         out = []
         for start in range(0, len(chains), self.batch_size):
             out.extend(self._score_batch(chains[start:start + self.batch_size]))
@@ -100,6 +115,66 @@ class PRMScorer:
         pair = logits[..., [self.positive_id, self.negative_id]].float().log_softmax(-1)[..., 0].exp().cpu()
         slot = {int(p): i for i, p in enumerate(kept)}
         return [[float(pair[b, slot[int(p)]]) for p in row] for b, row in enumerate(positions)]
+
+
+    def _score_with_notes(self, chain: dict) -> list[float]:
+        """Step by step: write the note greedily, read P(`+`) where the verdict comes; `self.last_notes` keeps
+        the notes (what the model says each step should read)."""
+        import torch
+        from trl.data_utils import prepare_multimodal_messages
+
+        image = [to_rgb(chain["image"])]
+        turns = prompts.prm_prompt_messages(chain, self.template)[0::2]  # the user turns, one per step
+        device = next(self.model.parameters()).device
+        verdicts = [self.positive_id, self.negative_id]
+        messages, scores, notes, verdict_scores = [], [], [], []
+        for turn, step in zip(turns, (s["text"] for s in chain["steps"])):
+            messages.append(turn)
+            inputs = self.processor.apply_chat_template(
+                [prepare_multimodal_messages([dict(m) for m in messages], images=image)],
+                add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt").to(device)
+            with torch.no_grad():
+                out = self.model.generate(**inputs, max_new_tokens=self.MAX_NOTE_TOKENS, do_sample=False,
+                                          eos_token_id=verdicts, logits_processor=[_ForceVerdict(
+                                              inputs["input_ids"].shape[1] + self.MAX_NOTE_TOKENS - 1, verdicts)],
+                                          output_logits=True, return_dict_in_generate=True, pad_token_id=verdicts[0])
+            written = out.sequences[0, inputs["input_ids"].shape[1]:]
+            pair = out.logits[-1][0, verdicts].float().log_softmax(-1)
+            verdict_scores.append(float(pair[0].exp()))
+            scores.append(self._note_probability(inputs, step))
+            note = self.processor.tokenizer.decode(written[:-1], skip_special_tokens=True).strip()
+            notes.append(note)
+            messages.append(prompts.assistant_turn(prompts.prm_turn(prompts.PRM_POSITIVE, note)))
+        self.last_notes, self.verdict_scores = notes, verdict_scores
+        return scores
+
+    def _note_probability(self, inputs, step: str) -> float:
+        """The least probability of any token of `step` written as the note (teacher-forced after the prompt)."""
+        import torch
+
+        note = self.processor.tokenizer.encode(step + prompts.PRM_NOTE_END, add_special_tokens=False)
+        note = torch.tensor([note], device=inputs["input_ids"].device)
+        n = inputs["input_ids"].shape[1]
+        forced = dict(inputs, input_ids=torch.cat([inputs["input_ids"], note], 1),
+                      attention_mask=torch.cat([inputs["attention_mask"], torch.ones_like(note)], 1))
+        with torch.no_grad():
+            logits = self.model(**forced).logits[0, n - 1:-1].float()
+        probs = logits.softmax(-1).gather(1, note[0][:, None])[:, 0]
+        return float(probs.min())
+
+
+class _ForceVerdict:
+    """A logits processor: at the last allowed position only `+` or `-` may come (a note that never ends)."""
+
+    def __init__(self, length: int, verdicts: list[int]):
+        self.length, self.verdicts = length, verdicts
+
+    def __call__(self, input_ids, scores):
+        if input_ids.shape[1] >= self.length:
+            kept = scores[:, self.verdicts].clone()
+            scores[:] = float("-inf")
+            scores[:, self.verdicts] = kept
+        return scores
 
 
 class RewardScorer:
