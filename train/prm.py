@@ -21,6 +21,11 @@ class HiddenJudgementCollator:
     the loss without looking at the image; at scoring time those slots hold a placeholder, so that
     shortcut is worth nothing. Here every judgement token in the input becomes the scorer's placeholder
     while the labels keep the gold token: training sees exactly the context `PRMScorer` builds.
+
+    A note-writing PRM (`data build --prm-notes`) is the one exception: the notes of earlier steps stay in the
+    input as written in the data (teacher forcing, as for any generated text), where the scorer puts the notes
+    the model wrote itself. They say what the earlier steps should read, so a later step that rests on one can
+    be checked against it; no gold note or judgement of the step being judged is ever in its input.
     """
 
     def __init__(self, collator, positive_id: int, negative_id: int):
