@@ -25,7 +25,8 @@ missing ones are made. Changing a judge's spec changes its fingerprint and re-ju
 The report in OUT covers every judge whose cache there holds these chains, not only this command's.
 
 Choice ranking uses each judge's chain score; a judge without one is scored by the fraction of
-steps it judged correct.
+steps it judged correct. --tasks verifier asks MiCEval's nine verifier questions of every judge that
+can answer them (generative judges, each as itself in mode=verifier); the others show "–".
 """
 
 

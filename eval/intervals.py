@@ -81,10 +81,23 @@ def circular_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
     return boot.ratio(list(outcomes), [float(o["correct"]) for o in outcomes.values()], [1.0] * len(outcomes))
 
 
+def verifier_avg(data, boot: GroupBootstrap) -> np.ndarray:
+    """MiCEval's Avg. per resample: each task's accuracy over the questions drawn, then their mean (NaN when a
+    task has nothing drawn)."""
+    from stepcritic.eval import verifier
+
+    per_task = []
+    for task in verifier.TABLE_2_ORDER:
+        scored = verifier.items(task, data.gold, data.verifier.get(task))
+        per_task.append(boot.ratio([g for g, _, _ in scored], [float(p == h) for _, h, p in scored],
+                                   [1.0] * len(scored)) if scored else np.full(len(boot.counts), np.nan))
+    return np.mean(per_task, axis=0)
+
+
 # the statistic of every headline metric (`tasks.Metric.headline`), by metric name
 STATISTICS = {"step_f1": step_f1, "step_auroc": step_auroc, "answer_f1": answer_f1, "viscore": viscore,
               "invalid_rate": invalid_rate, "choice_ranking_accuracy": choice_ranking_accuracy,
-              "circular_accuracy": circular_accuracy}
+              "circular_accuracy": circular_accuracy, "verifier_avg": verifier_avg}
 
 
 def add_intervals(section: dict, data, tasks) -> None:

@@ -218,6 +218,15 @@ def output_invalid_rate(counts: list[tuple[int, int]]) -> float | None:
     return sum(k for _, k in counts) / n_outputs if n_outputs else None
 
 
+def verifier_average(accuracies: list[float | None]) -> float | None:
+    """MiCEval's "Avg." (Table 2): the unweighted mean of the verifier tasks' accuracies, each task counting once
+    however many steps it asks about. None when any task's accuracy is undefined (a judge that cannot answer it,
+    data without its labels): a mean over fewer tasks is not the paper's number."""
+    if not accuracies or any(a is None for a in accuracies):
+        return None
+    return statistics.fmean(accuracies)
+
+
 def calibration(gold_incorrect: list[bool], p_incorrect: list[float], n_bins: int = 10) -> dict:
     """Reliability curve and Brier score of a judge's step probabilities P(incorrect) against the gold
     labels (True = the step is incorrect). Everything is None (empty curves) when there is no probability

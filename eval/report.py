@@ -89,8 +89,11 @@ def _breakdowns(metrics: dict) -> list[str]:
                        "ranking, ShiftCheck) are not split by it."), ""]
         for value in spec["values"]:
             sections = {name: r["breakdowns"][field][value] for name, r in metrics["judges"].items()}
-            parts += [f"### {value} ({spec['counts'][value]} {spec['unit']})", "",
-                      leaderboard(sections, tasks, matcher, columns(tasks, levels=spec["levels"])), ""]
+            parts += [f"### {value} ({spec['counts'][value]} {spec['unit']})", ""]
+            for table in ("leaderboard", "verifier"):
+                shown = columns(tasks, table, levels=spec["levels"])
+                if shown:
+                    parts += [leaderboard(sections, tasks, matcher, shown), ""]
     return parts
 
 
@@ -120,8 +123,9 @@ def render(metrics: dict) -> str:
         "value per column in bold."
         + (f" Brackets: {100 * boot['level']:.0f}% bootstrap interval of a headline metric, resampling whole "
            f"questions ({boot['resamples']} resamples, seed {boot['seed']}, percentile method)." if boot else ""), "",
-        "## Leaderboard", "", leaderboard(overall, tasks, matcher), "",
     ]
+    if columns(tasks):  # not when only tasks with tables of their own run (verifier)
+        parts += ["## Leaderboard", "", leaderboard(overall, tasks, matcher), ""]
     choice = next((r["overall"].get("choice") for r in metrics["judges"].values()), None)
     if choice:
         parts += [f"Choice ranking: {choice['n_groups']} groups, {choice['n_chains']} chains with mixed "
@@ -130,6 +134,14 @@ def render(metrics: dict) -> str:
     if "shiftcheck" in tasks:
         parts += ["ShiftCheck (every circular shift of up to 4 chains per group must pick the one fully "
                   "correct chain):", *_shiftcheck_notes(metrics), ""]
+    verifier = columns(tasks, "verifier")
+    if verifier:
+        parts += ["## Verifier tasks", "",
+                  "MiCEval's nine single-label questions (Table 2's columns), each asked where the human labels "
+                  "apply; accuracy with a reply naming no label counted wrong, Avg. their mean, invalid % per "
+                  "reply. \"–\" for a judge that cannot answer verifier prompts. Somers' D MiCEval chain: the "
+                  "geometric-mean chain score of the aspect answers against the human good/bad label.", "",
+                  leaderboard(overall, tasks, matcher, verifier), ""]
     diagnostics = columns(tasks, "diagnostics")
     if diagnostics:
         parts += ["## Diagnostics", "",

@@ -25,6 +25,7 @@ from collections import defaultdict
 
 from stepcritic.eval import metrics as M
 from stepcritic.eval import tasks as T
+from stepcritic.eval import verifier as verifier_task
 from stepcritic.eval.matchers import MATCHERS
 
 # what the report breaks every table down by, whenever the data holds more than one value of it
@@ -177,28 +178,34 @@ class JudgeData:
     """What one judge's sections are computed from: gold and predictions of the chains in view, the ShiftCheck
     picks about their questions, and the explanation matches of their steps."""
 
-    def __init__(self, gold: list[dict], preds: list[dict], picks: list[dict], matcher, matches: list[list]):
+    def __init__(self, gold: list[dict], preds: list[dict], picks: list[dict], matcher, matches: list[list],
+                 verifier: dict | None = None):
         self.gold, self.preds, self.picks, self.matcher, self.matches = gold, preds, picks, matcher, matches
+        self.verifier = verifier  # the judge's verifier answers (`verifier.read`), None when it has none
 
     def chains(self, keep: list[int]) -> "JudgeData":
         groups = {self.gold[i]["group_id"] for i in keep}
         return JudgeData([self.gold[i] for i in keep], [self.preds[i] for i in keep] if self.preds else [],
                          [q for q in self.picks if q["group_id"] in groups], self.matcher,
-                         [self.matches[i] for i in keep] if self.matches else [])
+                         [self.matches[i] for i in keep] if self.matches else [],
+                         verifier_task.slice_chains(self.verifier, keep))
 
     def steps(self, keep) -> "JudgeData":
         """Only the steps `keep(step)` accepts (chains left without a step are dropped): step-level metrics only."""
-        gold, preds, matches = [], [], []
-        for c, p, m in zip(self.gold, self.preds, self.matches):
+        gold, preds, matches, kept = [], [], [], []
+        for k, c in enumerate(self.gold):
             idx = [i for i, s in enumerate(c["steps"]) if keep(s)]
             if not idx:
                 continue
+            kept.append((k, idx))
             # premise links point into the whole chain: a slice of it has no tree
             gold.append(dict(c, steps=[dict(c["steps"][i], premises=None) for i in idx]))
-            preds.append(dict(p, **{f: [p[f][i] for i in idx] for f in ("verdicts", "p_incorrect", "explanations")
-                                    if p.get(f) is not None}))
-            matches.append([m[i] for i in idx])
-        return JudgeData(gold, preds, [], self.matcher, matches)
+            if self.preds:  # none when only the verifier task runs
+                p, m = self.preds[k], self.matches[k]
+                preds.append(dict(p, **{f: [p[f][i] for i in idx] for f in ("verdicts", "p_incorrect", "explanations")
+                                        if p.get(f) is not None}))
+                matches.append([m[i] for i in idx])
+        return JudgeData(gold, preds, [], self.matcher, matches, verifier_task.slice_steps(self.verifier, kept))
 
 
 # the section of each registered task, from one judge's data; a new task adds its function here
@@ -206,7 +213,10 @@ TASK_SECTIONS = {
     "critique": lambda d: critique_metrics(d.gold, d.preds, d.matcher, d.matches),
     "choice": lambda d: choice_metrics(d.gold, d.preds),
     "shiftcheck": lambda d: M.shiftcheck(d.picks),
+    "verifier": lambda d: verifier_task.section(d.gold, d.verifier),
 }
+# the tasks whose sections can be computed on a slice of each chain's steps (the step-type breakdown)
+STEP_SLICEABLE = ("critique", "verifier")
 
 
 # ----------------------------------------------------------------------------- sections, intervals, breakdowns
@@ -281,7 +291,7 @@ def _breakdown(data: JudgeData, tasks, field: str, spec: dict) -> dict:
     for value in spec["values"]:
         if field == "step_type":
             part = data.steps(lambda s, value=value: s["type"] == value)
-            out[value] = section(part, ["critique"] if "critique" in tasks else [], levels=spec["levels"])
+            out[value] = section(part, [t for t in tasks if t in STEP_SLICEABLE], levels=spec["levels"])
         else:
             keep = [i for i, c in enumerate(data.gold) if c.get(field) == value]
             shown = [t for t in tasks if any(m.level in spec["levels"] for m in T.metrics_for([t]))]
@@ -289,11 +299,13 @@ def _breakdown(data: JudgeData, tasks, field: str, spec: dict) -> dict:
     return out
 
 
-def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, matcher: str = "lexical") -> dict:
+def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, matcher: str = "lexical",
+                    verifier: dict | None = None) -> dict:
     """metrics.json: per judge, every registered metric of `tasks` overall and per breakdown value, with counts.
 
     predictions[judge] lists one prediction per gold chain, in gold order (empty when no task needs
-    critiques); picks[judge] the ShiftCheck records (each with `group_id`).
+    critiques); picks[judge] the ShiftCheck records (each with `group_id`); verifier[judge] its verifier answers
+    (`verifier.read`; None, or a judge missing, when it has none).
     """
     from stepcritic.eval.bootstrap import settings
 
@@ -303,7 +315,7 @@ def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, mat
     judges = {}
     for name, preds in predictions.items():
         matches = explanation_matches(gold, preds, match) if preds else []
-        data = JudgeData(gold, preds, picks[name], match, matches)
+        data = JudgeData(gold, preds, picks[name], match, matches, (verifier or {}).get(name))
         judges[name] = {"overall": section(data, tasks),
                         "breakdowns": {field: _breakdown(data, tasks, field, spec) for field, spec in plan.items()}}
     return {"tasks": list(tasks), "matcher": match.name, "n_chains": len(gold),

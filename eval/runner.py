@@ -1,11 +1,12 @@
 """Run judges over a chains dataset, recording every judgment durably, then write the results.
 
 `evaluate` is the whole `stepcritic eval` job: for each judge it judges only the chains (and ShiftCheck
-questions) its cache lacks, streaming the dataset through `Judge.judge_stream` and saving each critique
-as it arrives, then rebuilds `predictions.jsonl` from the caches and hands gold + predictions to `report`
-for metrics, tables and plots. A run killed at any moment and started again with the same arguments
-finishes the job with exactly one judgment per chain and judge. The report covers every judge whose cache in
-the output folder holds a judgment of every chain (and question) asked, not only the judges of this command.
+questions, and the verifier questions of `eval/verifier.py`) its cache lacks, streaming the dataset through
+`Judge.judge_stream` and saving each critique as it arrives, then rebuilds `predictions.jsonl` from the caches
+and hands gold + predictions to `report` for metrics, tables and plots. A run killed at any moment and started
+again with the same arguments finishes the job with exactly one judgment per chain and judge. The report covers
+every judge whose cache in the output folder holds a judgment of every chain (and question) asked, not only the
+judges of this command.
 
 Its top level imports only the standard library: `stepcritic eval --help` reads `TASKS` from here.
 """
@@ -58,16 +59,20 @@ GOLD_STEP_FIELDS = ("type", "correct", "human_score", "explanations", "premises"
 
 def gold_view(dataset) -> list[dict]:
     """The labels every metric needs, without images: small enough to hold for the whole dataset."""
+    from stepcritic.eval import verifier
+
     columns = ["chain_id", "group_id", "source", "generator", "category", "question", "final_answer",
                "answer_correct", "chain_correct", "steps"]
     gold = []
     for chain in dataset.select_columns(columns).to_list():
+        chain_targets, step_targets = verifier.targets(chain)  # the human labels of MiCEval's verifier tasks
         gold.append({
             "chain_id": chain["chain_id"], "group_id": chain["group_id"], "source": chain["source"],
             "generator": chain["generator"], "category": chain["category"],
             "answer_correct": chain["answer_correct"], "chain_correct": chain["chain_correct"],
-            "digest": chain_digest(chain),
-            "steps": [{k: s[k] for k in GOLD_STEP_FIELDS} for s in chain["steps"]],
+            "digest": chain_digest(chain), "verifier": chain_targets,
+            "steps": [dict({k: s[k] for k in GOLD_STEP_FIELDS}, verifier=targets)
+                      for s, targets in zip(chain["steps"], step_targets)],
         })
     if len({g["chain_id"] for g in gold}) != len(gold):
         raise EvalError("chains: chain_id values are not unique; every judgment is keyed by chain_id")
@@ -232,11 +237,14 @@ def prediction_record(cached: dict, judge_name: str, fingerprint: str) -> dict:
 
 
 def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], out_dir: str,
-              wants_critiques: bool, progress: bool) -> dict:
+              wants_critiques: bool, progress: bool, wants_verifier: bool = False) -> dict:
     """Judge what the cache lacks, then read this judge's complete results back from the cache."""
+    from stepcritic.eval import verifier
+
     fingerprint = judge.fingerprint()
     cache = JudgeCache(out_dir, judge.cache_name, fingerprint)
-    result = {"fingerprint": fingerprint, "predictions": [], "picks": [], "run": {"critiques": None, "picks": None}}
+    result = {"fingerprint": fingerprint, "predictions": [], "picks": [], "verifier": None,
+              "run": {"critiques": None, "picks": None}}
     try:
         if wants_critiques:
             result["run"]["critiques"] = judge_chains(judge, dataset, gold, cache, progress)
@@ -249,17 +257,23 @@ def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], ou
             result["run"]["picks"] = judge_picks(judge, dataset, questions, cache, progress, scores)
             cached = cache.picks.load()
             result["picks"] = [cached[q["question_id"]] for q in questions]
+        if wants_verifier:
+            result["run"]["verifier"] = verifier.ask(judge, dataset, gold, cache.dir, progress)
+            result["verifier"] = verifier.read(cache.dir, gold)
     finally:
         cache.close()
     return result
 
 
 def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions: list[dict],
-                 wants_critiques: bool) -> tuple[dict, list[str]]:
+                 wants_critiques: bool, wants_verifier: bool = False) -> tuple[dict, list[str]]:
     """The judges an earlier command left in `out_dir`'s cache, read back for the report: those whose cache
     holds a current judgment of every chain (and ShiftCheck question) asked now. A judge of this command
     supersedes its older caches (same name, another fingerprint); of several older caches of one name the one
-    last used counts. Returns (runs as `run_judge` returns them, names left out for an incomplete cache)."""
+    last used counts; with `wants_verifier`, its verifier answers (`verifier.read`) must cover every chain too.
+    Returns (runs as `run_judge` returns them, names left out for an incomplete cache)."""
+    from stepcritic.eval import verifier
+
     current = {j.cache_name for j in judges} | {j.name for j in judges}
     latest: dict[str, dict] = {}
     for entry in cached_judges(out_dir):
@@ -270,14 +284,16 @@ def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions:
         folder = entry["dir"]
         critiques = JsonlLog(os.path.join(folder, "critiques.jsonl"), "chain_id").load() if wants_critiques else {}
         picks = JsonlLog(os.path.join(folder, "picks.jsonl"), "question_id").load() if questions else {}
+        answers = verifier.read(folder, gold) if wants_verifier else None
         if (any(critiques.get(g["chain_id"], {}).get("digest") != g["digest"] for g in gold if wants_critiques)
-                or any(picks.get(q["question_id"], {}).get("options") != q["options"] for q in questions)):
+                or any(picks.get(q["question_id"], {}).get("options") != q["options"] for q in questions)
+                or (wants_verifier and answers is None)):
             left_out.append(name)
             continue
         runs[name] = {"fingerprint": entry["fingerprint"],
                       "predictions": [prediction_record(critiques[g["chain_id"]], name, entry["fingerprint"])
                                       for g in gold] if wants_critiques else [],
-                      "picks": [picks[q["question_id"]] for q in questions],
+                      "picks": [picks[q["question_id"]] for q in questions], "verifier": answers,
                       "run": {"critiques": None, "picks": None, "earlier_command": True}}
     return runs, left_out
 
@@ -300,20 +316,21 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, l
     gold = gold_view(plain)
     needs = {registry.TASKS[t].needs for t in tasks}
     questions = shifted_questions(shiftcheck_questions(gold)) if "picks" in needs else []
-    wants_critiques = "critiques" in needs
+    wants_critiques, wants_verifier = "critiques" in needs, "verifier" in needs
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
         raise EvalError(f"output folder {out_dir}: {e.strerror}") from None
 
     runs = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
-                                  wants_critiques, progress) for judge in judges}
-    earlier, left_out = earlier_runs(out_dir, judges, gold, questions, wants_critiques)
+                                  wants_critiques, progress, wants_verifier) for judge in judges}
+    earlier, left_out = earlier_runs(out_dir, judges, gold, questions, wants_critiques, wants_verifier)
     runs.update(earlier)
     write_jsonl_atomic(os.path.join(out_dir, "predictions.jsonl"),
                        (p for run in runs.values() for p in run["predictions"]))
     metrics = results.compute_metrics(gold, {name: r["predictions"] for name, r in runs.items()},
-                                      {name: r["picks"] for name, r in runs.items()}, tasks=tasks, matcher=matcher)
+                                      {name: r["picks"] for name, r in runs.items()}, tasks=tasks, matcher=matcher,
+                                      verifier={name: r["verifier"] for name, r in runs.items()})
     for name, result in runs.items():
         metrics["judges"][name].update(run=result["run"], fingerprint=result["fingerprint"])
     metrics["earlier_judges"] = {"included": sorted(earlier), "left_out": left_out}

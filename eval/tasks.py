@@ -6,11 +6,11 @@ inside the task's section), its direction, what it is aggregated over and its co
 those tasks is there; `report` draws its tables from this list; the README's evaluation section lists it.
 A metric that is not registered is not advertised, and a registered one cannot go missing unnoticed.
 
-A new task (verifier accuracy, correction, best-of-N) adds a `Task`, its `Metric`s and its section function
+A new task (correction, best-of-N) adds a `Task`, its `Metric`s and its section function
 in `results.TASK_SECTIONS`; the runner, the command line and the report pick it up from here.
 
-Only the standard library (and `metrics`, itself stdlib at the top) is imported: `stepcritic eval --help`
-reads the task names from here.
+Only the standard library (and `metrics`, `verifier` and `data_prep.prompts`, themselves stdlib at the top) is
+imported: `stepcritic eval --help` reads the task names from here.
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS
 from stepcritic.eval import metrics as M
+from stepcritic.eval.verifier import TABLE_2_ORDER
 
 
 @dataclass(frozen=True)
 class Task:
     name: str
-    needs: str        # what the runner asks each judge for: "critiques" (one per chain) or "picks" (ShiftCheck)
+    needs: str        # what the runner asks each judge for: "critiques" (one per chain), "picks" (ShiftCheck) or
+    #                   "verifier" (the answers to every verifier task, `eval/verifier.py`)
     description: str
 
 
@@ -49,7 +52,7 @@ class Metric:
     fn: Callable
     level: str
     undefined: str
-    table: str = "leaderboard"   # or "diagnostics"
+    table: str = "leaderboard"   # or "diagnostics", "verifier"
     scale: int = 100             # shown x100 (papers' style), or as is
     headline: bool = False       # bootstrap interval, and a place in the terminal summary
 
@@ -62,6 +65,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("critique", "critiques", "every step of every chain judged (VISCO's critique, MiCEval's correlations)"),
     Task("choice", "critiques", "the chains of one question ranked by the judge's chain scores (MiCEval App. D.1)"),
     Task("shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)"),
+    Task("verifier", "verifier", "MiCEval's nine single-label verifier questions, each where the human labels apply"),
 )}
 
 NO_VERDICTS = "the judge gives no step verdicts, or no scored step is incorrect"
@@ -161,6 +165,49 @@ _METRICS = [
            "variance over positions of failed 4-option questions",
            "CMMU's BiasRate: variance of the pick percentages (0-100 scale) per position", M.shiftcheck, "group",
            "no 4-option question was failed", scale=1),
+]
+# ------------------------------------------------------------------ verifier (MiCEval Sec. 6.1, Table 2's columns)
+VERIFIER_COLUMNS = {  # task: (column, MiCEval's question)
+    "step_type": ("Step type", "is the step a description, reasoning, or both? (Sec. 2.3)"),
+    "description_relevance": ("Desc. relevance", "is a description step relevant to the image, the question, "
+                              "both or neither? (Sec. 2.3.1)"),
+    "description_correctness": ("Desc. correctness", "is a description step fully correct, partially correct or "
+                                "unsupported? (Sec. 2.3.1)"),
+    "description_error": ("Desc. error type", "is a wrong description step's error about an entity, an attribute, "
+                          "a spatial or a non-spatial relation? (App. B.1)"),
+    "logic_relevance": ("Logic relevance", "is a reasoning step relevant to the question? (Sec. 2.3.2)"),
+    "logic_correctness": ("Logic correctness", "is a reasoning step logically correct? (Sec. 2.3.2)"),
+    "informativeness": ("Informativeness", "does a reasoning step add information, or repeat? (Sec. 2.3.2)"),
+    "logic_error": ("Logic error type", "is a wrong reasoning step's error inter-step, intra-step or both? "
+                    "(App. B.1)"),
+    "chain_correctness": ("MCoT correctness", "is the whole chain good? (Sec. 2.3.3)"),
+}
+if tuple(VERIFIER_COLUMNS) != TABLE_2_ORDER:
+    raise RuntimeError("the verifier columns must follow MiCEval Table 2")
+NO_VERIFIER = "the judge cannot answer verifier prompts (score-based judges, baselines), or no {} has its label"
+_METRICS += [
+    Metric(f"verifier_{task}", "verifier", f"{task}.accuracy", display, True,
+           "over chains with a human label" if task in CHAIN_LEVEL_TASKS else "over the steps the task applies to",
+           f"accuracy of the answers to MiCEval's question \"{what}\", a reply naming no label counted wrong "
+           "(App. C.1)", M.verifier_accuracy,
+           "chain" if task in CHAIN_LEVEL_TASKS else "step",
+           NO_VERIFIER.format("chain" if task in CHAIN_LEVEL_TASKS else "step the task applies to"), table="verifier")
+    for task, (display, what) in VERIFIER_COLUMNS.items()
+] + [
+    Metric("verifier_avg", "verifier", "avg", "Verifier Avg.", True, "mean of the nine task accuracies",
+           "MiCEval's Avg. (Table 2), each task counting once", M.verifier_average, "chain",
+           "any of the nine accuracies is undefined", table="verifier", headline=True),
+    Metric("verifier_invalid_rate", "verifier", "invalid_rate", "Verifier invalid %", False,
+           "over every verifier reply", "share of replies that name no label of their task (MiCEval Sec. 6.3, "
+           "Table 5: per reply)", M.output_invalid_rate, "chain", NO_VERIFIER.format("step or chain"),
+           table="verifier"),
+    Metric("somers_d_miceval_chain", "verifier", "miceval_chain.d", "Somers' D MiCEval chain", True,
+           "over chains with a human good/bad label and every aspect answered",
+           "Somers' D(MiCEval chain score | human MCoT label): the geometric mean over steps of the geometric mean "
+           "of a step's aspect answers (1 / 0.5 partial / 0) by its human type, MiCEval Sec. 5 and App. D.4",
+           M.somers_d, "chain",
+           "the judge cannot answer verifier prompts, no chain has every aspect answered, or the human labels "
+           "are constant", table="verifier"),
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}
 if len(METRICS) != len(_METRICS) or any(m.task not in TASKS for m in _METRICS):

@@ -1,8 +1,8 @@
 """Issue 13, item 2: the metric registry drives the report, and nothing it advertises is left uncomputed.
 
 One `evaluate` run on synthetic chains with judges that between them can produce every metric (a noisy
-oracle that gives verdicts, probabilities, explanations, answer verdicts and chain scores; the random
-baseline, whose random chain scores fail 4-option ShiftCheck questions) must hold every registered metric
+oracle that gives verdicts, probabilities, explanations, answer verdicts, chain scores and verifier answers; the
+random baseline, whose random chain scores fail 4-option ShiftCheck questions) must hold every registered metric
 of the tasks run, overall and per breakdown, with a value from at least one judge.
 """
 
@@ -11,10 +11,12 @@ import json
 import os
 
 import pytest
+from test_eval_verifier import gold_labels
 
+from stepcritic.data_prep.prompts import VERIFIER_TASKS
 from stepcritic.data_prep.schema import save_chains
 from stepcritic.data_prep.synth import synthesize
-from stepcritic.eval import intervals, results
+from stepcritic.eval import intervals, results, verifier
 from stepcritic.eval.judges.base import Critique, Judge
 from stepcritic.eval.runner import TASKS, build_judge, evaluate
 from stepcritic.eval.tasks import METRICS, find, has, lookup, metrics_for
@@ -46,6 +48,31 @@ class NoisyOracle(Judge):
             out.append(Critique(c["chain_id"], verdicts, p_incorrect=p_incorrect, explanations=explanations,
                                 answer_correct=answer,
                                 chain_score=sum(verdicts) / len(verdicts) + 0.1 * _coin(c["chain_id"], "score")))
+        return out
+
+    def verifier(self, task):
+        return NoisyVerifier(f"{self.spec} [verifier {task}]", task=task)
+
+
+class NoisyVerifier(Judge):
+    """The noisy oracle's answers to one verifier task: about one in five another label, one in twenty none."""
+
+    kind = "test-noisy-verifier"
+    needs_images = False
+
+    def judge_batch(self, chains):
+        task = self.options["task"]
+        out = []
+        for c in chains:
+            labels = []
+            for i, label in enumerate(gold_labels(task, c)):
+                coin, allowed = _coin(c["chain_id"], task, i), VERIFIER_TASKS[task]
+                if label is not None and coin < 0.05:
+                    label = None
+                elif label is not None and coin < 0.25:
+                    label = allowed[(allowed.index(label) + 1) % len(allowed)]
+                labels.append(label)
+            out.append(Critique(c["chain_id"], [None] * len(c["steps"]), extra={"labels": labels}))
         return out
 
 
@@ -145,7 +172,8 @@ def test_each_question_drawn_once_reproduces_every_headline_value(run):
     from stepcritic.eval.matchers import LexicalMatcher
 
     matcher = LexicalMatcher(0.5)
-    data = results.JudgeData(gold, preds, picks, matcher, results.explanation_matches(gold, preds, matcher))
+    data = results.JudgeData(gold, preds, picks, matcher, results.explanation_matches(gold, preds, matcher),
+                             verifier.read(os.path.join(cache, folder), gold))
     boot = intervals.GroupBootstrap(sorted({c["group_id"] for c in gold}), n_resamples=1)
     boot.counts[:] = 1.0
     overall = run["metrics"]["judges"]["noisy-oracle"]["overall"]

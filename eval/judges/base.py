@@ -102,6 +102,17 @@ class Judge:
         """
         return best_index([c.chain_score for c in self.judge_batch(chains)])
 
+    def verifier(self, task: str) -> "Judge | None":
+        """The judge that answers MiCEval's verifier prompt for `task` (`stepcritic eval --tasks verifier`), or None
+        when this judge cannot answer one (score-based judges, baselines): its verifier accuracies are then "–".
+
+        The returned judge's critique of a chain carries, in `extra["labels"]`, the label read for each step (None
+        where the task was not asked or the reply names no label; for the chain-level task, a one-item list), as a
+        generative judge in mode=verifier writes it. The task applies where `prompts.verifier_target` gives a label.
+        Its `fingerprint` keys the cache of its answers. A `py:` judge can override this to answer them.
+        """
+        return None
+
     def picks_by_chain_score(self) -> bool:
         """Whether `pick_best` is the highest of this judge's own chain scores (it is not overridden). Then the
         runner answers ShiftCheck from the chain scores of the critiques it already has, instead of scoring

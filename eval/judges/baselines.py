@@ -125,5 +125,9 @@ class TextOnlyJudge(Judge):
     def picks_by_chain_score(self) -> bool:
         return self.inner.picks_by_chain_score()
 
+    def verifier(self, task: str) -> Judge | None:
+        inner = self.inner.verifier(task)
+        return None if inner is None else TextOnlyJudge(f"text-only:{inner.spec}", inner)
+
     def close(self) -> None:
         self.inner.close()

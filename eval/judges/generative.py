@@ -243,6 +243,23 @@ class GenerativeJudge(Judge):
                                "n_outputs": len(got), "n_invalid": n_invalid,
                                **({"scope": "chain"} if asked == [None] else {})})
 
+    def verifier(self, task: str) -> "GenerativeJudge":
+        """This judge asking MiCEval's verifier prompt for `task` (mode=verifier, strategy=direct). A critique
+        template does not carry over (a verifier template given with mode=verifier does). A shallow copy: what a
+        backend holds from its start (a client, a pool) is shared; one that loads a model on first use shares it
+        too (`HFJudge`, `VLLMJudge`), so nine tasks load it once."""
+        from stepcritic.data_prep.prompts import VERIFIER_TASKS
+
+        if task not in VERIFIER_TASKS:
+            raise ValueError(f"unknown verifier task {task!r}; expected one of {list(VERIFIER_TASKS)}")
+        judge = copy.copy(self)
+        template = self.template if self.mode == "verifier" else None
+        judge.mode, judge.task, judge.strategy, judge.template = "verifier", task, "direct", template
+        judge.options = {**self.options, "mode": "verifier", "task": task, "strategy": "direct", "template": template}
+        judge.spec = f"{self.spec} [verifier {task}]"
+        judge._prompt_template = None
+        return judge
+
     def pick_best(self, chains: list[dict]) -> int | None:
         """Listwise choice: show all chains, lettered, and ask which one is best (None if unreadable)."""
         if not 1 <= len(chains) <= 26:

@@ -34,6 +34,12 @@ class HFJudge(GenerativeJudge):
     def fingerprint_extra(self) -> dict:
         return {**super().fingerprint_extra(), "weights": weights_digest(self.target)}
 
+    def verifier(self, task: str) -> "HFJudge":
+        judge = super().verifier(task)
+        judge.structured = False  # constrained decoding writes critiques; a verifier reply is one label
+        judge._load = self._load  # the model, loaded once, on this judge
+        return judge
+
     def _load(self):
         if self._model is None:
             from stepcritic.train.loading import load_critic

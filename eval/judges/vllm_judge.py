@@ -42,11 +42,21 @@ class VLLMJudge(GenerativeJudge):
     def fingerprint_extra(self) -> dict:
         return {**super().fingerprint_extra(), "weights": weights_digest(self.target)}
 
-    def generate(self, prompts: list[Prompt]) -> list[Reply]:
-        from vllm import LLM, SamplingParams
+    def _llm(self):
+        from vllm import LLM
 
         if self._engine is None:
             self._engine = LLM(**self.engine_args)
+        return self._engine
+
+    def verifier(self, task: str) -> "VLLMJudge":
+        judge = super().verifier(task)
+        judge._llm = self._llm  # one engine on the GPU for every task
+        return judge
+
+    def generate(self, prompts: list[Prompt]) -> list[Reply]:
+        from vllm import SamplingParams
+
         params = SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens)
-        outputs = self._engine.chat([openai_messages(p) for p in prompts], params, use_tqdm=False)
+        outputs = self._llm().chat([openai_messages(p) for p in prompts], params, use_tqdm=False)
         return [Reply(text=out.outputs[0].text) for out in outputs]
