@@ -11,6 +11,8 @@ question. Modes:
   the labels themselves are kept in `Critique.extra["labels"]`, with the number of replies and of
   unreadable ones (`n_outputs`, `n_invalid`: MiCEval's invalid rate is per output). `strict=true` reads
   labels as MiCEval does: a reply that is not exactly one label is invalid (`critique.parse_label`).
+  `stepcritic eval --tasks verifier` asks any generative judge all nine tasks through `verifier(task)`, a copy
+  of the judge in this mode.
 - `score`: one 0-10 rating of the whole chain, stored as `chain_score` in [0, 1]; no step verdicts.
 - `step-score`: MiCEval's per-step scoring evaluator ("Step, w/o MiCEval", Sec. 6.2 and App. D.2): each step rated
   0-10 given the question, the image and the steps before it; the rating / 10 is the step's score, a step under 0.5
