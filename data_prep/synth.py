@@ -615,6 +615,17 @@ def _chain_steps(question: Question, rng, scale: float) -> tuple[list[dict], lis
     return steps, notes, said[-1]
 
 
+def _reference_clues(question: str, steps: list[dict]) -> list[dict]:
+    """RPTS's clues, the leaves of a chain's reasoning tree (`eval/rpts_tree.py`), made explicit: the facts read off
+    the image (each relevant description or "both" step as it reads when right: its text, or its correction) and the
+    question's text. A repeated or off-topic step adds no clue: the answer needs nothing from it."""
+    visual = [s["text"] if s["correct"] else s.get("correction") for s in steps
+              if s["type"] in ("description", "both") and s.get("description_relevance") == "both"
+              and s.get("informative") is not False]
+    return ([{"kind": "visual", "text": text} for text in dict.fromkeys(t for t in visual if t)]
+            + [{"kind": "textual", "text": question}])
+
+
 def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: int, group: int,
                 image_size: int, level: str) -> dict:
     wrong = [not s["correct"] for s in steps]
@@ -626,6 +637,7 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
         "step_templates": [n.template for n in notes], "step_faults": [n.fault for n in notes],
         "independent_after_error": any(not w for w in wrong[first_wrong + 1:]),
         "error_propagated": any(n.fault == "propagated" for n in notes),
+        "clues": _reference_clues(question.text, steps),
     }
 
 
