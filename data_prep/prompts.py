@@ -355,3 +355,23 @@ def lookback_final_text(checks: list[dict]) -> str:
     """LookBack's final Critique(LVLM, I, q, (T, a), Q, A): what follows the critique prompt, the questions and
     their answers (each `{"question", "answer"}`)."""
     return load_template("lookback_final").render(checks=checks)
+
+
+def rpts_tree_messages(chain: dict) -> list[dict]:
+    """RPTS's restructuring (Sec. 3): the chain restated as premises -> conclusion, each step's premises being clues
+    (visual: from the image; textual: from the question) and earlier steps (read back by `eval.rpts_tree.parse_tree`).
+    Text only, no image: the paper has a language model reformat the chain's text, and the map of what rests on what
+    is in that text."""
+    text = load_template("rpts_tree").render(question=chain["question"], steps=_step_texts(chain),
+                                             final_answer=chain.get("final_answer") or "")
+    return [user_turn(text)]
+
+
+def rpts_step_messages(chain: dict, step_index: int, premises: list[str], reads_image: bool) -> list[dict]:
+    """RPTS's per-step scoring (Sec. 3): does step `step_index` follow from `premises` (their texts) alone, rated
+    0-10 (read back by `critique.parse_score`); `reads_image` adds the check against the image for a step that
+    reads a visual clue."""
+    _check_step_index(chain, step_index)
+    text = load_template("rpts_step").render(question=chain["question"], premises=premises,
+                                             conclusion=_step_texts(chain)[step_index], reads_image=reads_image)
+    return [user_with_image(text)]

@@ -81,6 +81,9 @@ def test_golden_judging_prompts(fixture_chain):
     check_golden("lookback_answer", as_text(prompts.lookback_answer_messages("What colour is the circle?")))
     checks = [{"question": "What colour is the circle?", "answer": "It is red."}]
     check_golden("lookback_final", prompts.lookback_final_text(checks) + "\n")
+    check_golden("rpts_tree", as_text(prompts.rpts_tree_messages(fixture_chain)))
+    premises = ["From the image: the circle's colour", "Step 1: The image shows one circle on a white background."]
+    check_golden("rpts_step", as_text(prompts.rpts_step_messages(fixture_chain, 1, premises, True)))
 
 
 def test_every_packaged_template_has_a_golden_snapshot():
