@@ -10,6 +10,8 @@ import argparse
 import os
 
 from stepcritic.eval.matchers import MATCHERS
+from stepcritic.eval.metrics import DEFAULT_RPTS_LAMBDA, DEFAULT_RPTS_THRESHOLD
+from stepcritic.eval.rpts_tree import CLUE_MATCHERS
 from stepcritic.eval.runner import TASKS, EvalError
 
 EPILOG = """\
@@ -62,9 +64,43 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--matcher", default="lexical", choices=MATCHERS,
                         help="explanation matcher for explanation F1: token overlap (default) or MiniLM "
                              "embeddings (needs the `embed` extra)")
+    rpts = parser.add_argument_group("RPTS (--tasks rpts; README: Evaluation)")
+    rpts.add_argument("--tree-builder", metavar="SPEC",
+                      help="a generative judge spec that restates chains without premises as RPTS trees (cached); "
+                           "without it such chains get no RPTS")
+    rpts.add_argument("--rpts-scorer", metavar="SPEC",
+                      help="a generative judge spec asked whether each step follows from its premises (RPTS's "
+                           "scorer), reported as the judge rpts-scorer:SPEC")
+    rpts.add_argument("--rpts-lambda", type=float, default=DEFAULT_RPTS_LAMBDA, metavar="L",
+                      help=f"weight decay per tree level away from h_f, in (0, 1] (default {DEFAULT_RPTS_LAMBDA})")
+    rpts.add_argument("--rpts-hf", default="final", metavar="H",
+                      help="the tree height weighted most: a positive integer, or final (default: the height of "
+                           "each chain's final step)")
+    rpts.add_argument("--rpts-threshold", type=float, default=DEFAULT_RPTS_THRESHOLD, metavar="T",
+                      help=f"the filter: a right answer whose RPTS is below T is dropped (default "
+                           f"{DEFAULT_RPTS_THRESHOLD})")
+    rpts.add_argument("--rpts-clues", default="off", choices=CLUE_MATCHERS,
+                      help="score conclusions read off the image by agreement with the data's reference clues "
+                           "(meta.clues) instead of the judge (default off)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument("--list-judges", action=ListJudges, help="list the judge kinds and exit")
     return parser
+
+
+def rpts_settings(args: argparse.Namespace):
+    """RPTS's options, checked before anything slow is loaded."""
+    if (args.tree_builder or args.rpts_scorer) and "rpts" not in args.tasks:
+        raise EvalError("--tree-builder and --rpts-scorer only serve RPTS: add --tasks rpts")
+    if not 0 < args.rpts_lambda <= 1:
+        raise EvalError(f"--rpts-lambda must be in (0, 1], got {args.rpts_lambda:g}")
+    if not 0 <= args.rpts_threshold <= 1:
+        raise EvalError(f"--rpts-threshold must be in [0, 1], got {args.rpts_threshold:g}")
+    h_f = None if args.rpts_hf == "final" else int(args.rpts_hf) if args.rpts_hf.isdigit() else 0
+    if h_f is not None and h_f < 1:
+        raise EvalError(f"--rpts-hf must be a positive integer or final, got {args.rpts_hf!r}")
+    from stepcritic.eval.rpts import Settings
+
+    return Settings(lam=args.rpts_lambda, h_f=h_f, threshold=args.rpts_threshold, clues=args.rpts_clues)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -73,20 +109,32 @@ def main(args: argparse.Namespace) -> int:
         raise EvalError("--limit must be at least 1")
     if not os.path.exists(args.chains):  # checked before the slow imports below, for a fast answer
         raise EvalError(f"chains not found: {args.chains}")
+    settings = rpts_settings(args)
     from stepcritic.eval.runner import build_judge, evaluate
 
-    judges = []
+    judges, builder = [], None
     try:
         for spec in args.judges:
             judges.append(build_judge(spec))  # one at a time, so `finally` closes those already built
+        if args.rpts_scorer:
+            from stepcritic.eval.judges.rpts_scorer import RPTSScorerJudge
+
+            inner = build_judge(args.rpts_scorer)
+            try:
+                judges.append(RPTSScorerJudge(inner))
+            except ValueError as e:
+                inner.close()
+                raise EvalError(str(e)) from None
+        if args.tree_builder:
+            builder = build_judge(args.tree_builder)
         evaluate(args.chains, judges, args.out, tasks=args.tasks, limit=args.limit, matcher=args.matcher,
-                 progress=not args.no_progress)
+                 progress=not args.no_progress, rpts=settings, tree_builder=builder)
     except EvalError as e:
         if os.path.isdir(os.path.join(args.out, "cache")):
             raise EvalError(f"{e} (finished judgments are kept in the cache: rerun the same command to resume)") from e
         raise
     finally:
-        for judge in judges:
+        for judge in judges + ([builder] if builder else []):
             judge.close()
     print(f"wrote {os.path.join(args.out, 'report.md')}")
     return 0

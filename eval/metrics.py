@@ -412,6 +412,28 @@ def rpts_chain(premises: list[list[int]], scores: list[float | None], lam: float
     return rpts(heights, scores, lam, heights[-1] if h_focus is None else h_focus) if heights else None
 
 
+DEFAULT_RPTS_THRESHOLD = 0.5  # the paper's filter: a chain scoring below it reasoned badly
+
+
+def rpts_filter(answer_correct: list[bool | None], scores: list[float | None],
+                threshold: float = DEFAULT_RPTS_THRESHOLD) -> dict:
+    """Answer accuracy before and after RPTS's filter (RPTS, experiments: RPTS < 0.5 marks a right answer reached
+    by faulty reasoning, which then no longer counts as right).
+
+    One entry per chain: whether its final answer is right, and its RPTS. Only chains with both count, the same
+    chains before and after, so the drop is the filter's alone. `filtered_rate` is the share of right answers the
+    filter removes. Everything is None when no chain has both.
+    """
+    if len(answer_correct) != len(scores):
+        raise ValueError("answer_correct and scores must have one entry per chain")
+    pairs = [(a, s) for a, s in zip(answer_correct, scores) if a is not None and s is not None]
+    right = [s for a, s in pairs if a]
+    kept = sum(s >= threshold for s in right)
+    return {"before": len(right) / len(pairs) if pairs else None, "after": kept / len(pairs) if pairs else None,
+            "filtered_rate": (len(right) - kept) / len(right) if right else None, "n": len(pairs),
+            "n_right": len(right), "n_filtered": len(right) - kept}
+
+
 # ----------------------------------------------------------------------------- VISCO: correction and failure patterns
 
 def correction_gain(correct_before: list[bool | None], correct_after: list[bool | None]) -> dict:

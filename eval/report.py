@@ -97,6 +97,23 @@ def _breakdowns(metrics: dict) -> list[str]:
     return parts
 
 
+def _rpts(metrics: dict, overall: dict) -> list[str]:
+    """RPTS's table (each judge as the step scorer), then each judge's sensitivity to lambda and h_f."""
+    if "rpts" not in metrics["tasks"]:
+        return []
+    from stepcritic.eval.rpts import notes, sensitivity_table
+
+    tasks = metrics["tasks"]
+    parts = ["## RPTS", "", *notes(metrics.get("rpts") or {}),
+             leaderboard(overall, tasks, metrics["matcher"], columns(tasks, "rpts")), ""]
+    scored = {name: sec["rpts"] for name, sec in overall.items() if sec["rpts"]["mean"] is not None}
+    if scored:
+        parts += ["Sensitivity (RPTS's study of lambda and h_f), x100:", ""]
+    for name, sec in scored.items():
+        parts += sensitivity_table(name, sec)
+    return parts
+
+
 def _glossary(tasks, matcher: str) -> list[str]:
     lines = ["## Metrics", ""]
     direction = {True: ", higher is better", False: ", lower is better", None: ""}
@@ -149,6 +166,7 @@ def render(metrics: dict) -> str:
                   "ratio of flagging after an earlier flag, judge over gold (1 ideal, > 1 = assumes errors "
                   "propagate). Brier: calibration of p_incorrect (lower is better).", "",
                   leaderboard(overall, tasks, matcher, diagnostics), ""]
+    parts += _rpts(metrics, overall)
     parts += _breakdowns(metrics)
     parts += _glossary(tasks, matcher)
     parts += ["## Plots", ""] + [f"![{name}](plots/{name}.png)" for name in metrics.get("plots", [])]

@@ -27,6 +27,7 @@ from stepcritic.eval import metrics as M
 from stepcritic.eval import tasks as T
 from stepcritic.eval import verifier as verifier_task
 from stepcritic.eval.matchers import MATCHERS
+from stepcritic.eval.rpts import section as rpts_section
 
 # what the report breaks every table down by, whenever the data holds more than one value of it
 BREAKDOWNS = ("source", "generator", "category", "step_type")
@@ -179,16 +180,17 @@ class JudgeData:
     picks about their questions, and the explanation matches of their steps."""
 
     def __init__(self, gold: list[dict], preds: list[dict], picks: list[dict], matcher, matches: list[list],
-                 verifier: dict | None = None):
+                 verifier: dict | None = None, rpts=None):
         self.gold, self.preds, self.picks, self.matcher, self.matches = gold, preds, picks, matcher, matches
         self.verifier = verifier  # the judge's verifier answers (`verifier.read`), None when it has none
+        self.rpts = rpts  # RPTS's settings (`rpts.Settings`), None for the defaults
 
     def chains(self, keep: list[int]) -> "JudgeData":
         groups = {self.gold[i]["group_id"] for i in keep}
         return JudgeData([self.gold[i] for i in keep], [self.preds[i] for i in keep] if self.preds else [],
                          [q for q in self.picks if q["group_id"] in groups], self.matcher,
                          [self.matches[i] for i in keep] if self.matches else [],
-                         verifier_task.slice_chains(self.verifier, keep))
+                         verifier_task.slice_chains(self.verifier, keep), self.rpts)
 
     def steps(self, keep) -> "JudgeData":
         """Only the steps `keep(step)` accepts (chains left without a step are dropped): step-level metrics only."""
@@ -205,7 +207,8 @@ class JudgeData:
                 preds.append(dict(p, **{f: [p[f][i] for i in idx] for f in ("verdicts", "p_incorrect", "explanations")
                                         if p.get(f) is not None}))
                 matches.append([m[i] for i in idx])
-        return JudgeData(gold, preds, [], self.matcher, matches, verifier_task.slice_steps(self.verifier, kept))
+        return JudgeData(gold, preds, [], self.matcher, matches, verifier_task.slice_steps(self.verifier, kept),
+                         self.rpts)
 
 
 # the section of each registered task, from one judge's data; a new task adds its function here
@@ -214,6 +217,7 @@ TASK_SECTIONS = {
     "choice": lambda d: choice_metrics(d.gold, d.preds),
     "shiftcheck": lambda d: M.shiftcheck(d.picks),
     "verifier": lambda d: verifier_task.section(d.gold, d.verifier),
+    "rpts": lambda d: rpts_section(d.gold, d.preds, d.rpts),
 }
 # the tasks whose sections can be computed on a slice of each chain's steps (the step-type breakdown)
 STEP_SLICEABLE = ("critique", "verifier")
@@ -300,12 +304,13 @@ def _breakdown(data: JudgeData, tasks, field: str, spec: dict) -> dict:
 
 
 def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, matcher: str = "lexical",
-                    verifier: dict | None = None) -> dict:
+                    verifier: dict | None = None, rpts=None) -> dict:
     """metrics.json: per judge, every registered metric of `tasks` overall and per breakdown value, with counts.
 
     predictions[judge] lists one prediction per gold chain, in gold order (empty when no task needs
     critiques); picks[judge] the ShiftCheck records (each with `group_id`); verifier[judge] its verifier answers
-    (`verifier.read`; None, or a judge missing, when it has none).
+    (`verifier.read`; None, or a judge missing, when it has none); `rpts` RPTS's settings (`rpts.Settings`, None
+    for the defaults; the trees are on the gold chains, `rpts_tree.attach`).
     """
     from stepcritic.eval.bootstrap import settings
 
@@ -315,7 +320,7 @@ def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, mat
     judges = {}
     for name, preds in predictions.items():
         matches = explanation_matches(gold, preds, match) if preds else []
-        data = JudgeData(gold, preds, picks[name], match, matches, (verifier or {}).get(name))
+        data = JudgeData(gold, preds, picks[name], match, matches, (verifier or {}).get(name), rpts)
         judges[name] = {"overall": section(data, tasks),
                         "breakdowns": {field: _breakdown(data, tasks, field, spec) for field, spec in plan.items()}}
     return {"tasks": list(tasks), "matcher": match.name, "n_chains": len(gold),

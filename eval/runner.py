@@ -299,8 +299,12 @@ def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions:
 
 
 def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, limit: int | None = None,
-             matcher: str = "lexical", progress: bool = True, log=print) -> dict:
-    """Judge, cache, and write predictions.jsonl, metrics.json, report.md and plots/ under `out_dir`."""
+             matcher: str = "lexical", progress: bool = True, log=print, rpts=None, tree_builder=None) -> dict:
+    """Judge, cache, and write predictions.jsonl, metrics.json, report.md and plots/ under `out_dir`.
+
+    `rpts` holds RPTS's settings (`rpts.Settings`, None for the defaults) and `tree_builder` the generative judge
+    that restates chains without premises as trees (`rpts_tree`); both only matter to the `rpts` task.
+    """
     from stepcritic.eval import report, results
 
     unknown = set(tasks) - set(TASKS)
@@ -322,6 +326,16 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, l
     except OSError as e:
         raise EvalError(f"output folder {out_dir}: {e.strerror}") from None
 
+    rpts_block = None
+    if "rpts" in tasks:  # every chain's tree, before any judge that scores by it (`--rpts-scorer`) is run
+        from stepcritic.eval.rpts import Settings
+        from stepcritic.eval.rpts_tree import attach
+
+        rpts = rpts or Settings()
+        rpts_block = {"settings": rpts.as_json(), **attach(gold, plain, out_dir, judges, tree_builder, rpts.clues,
+                                                            progress)}
+    elif tree_builder is not None or any(hasattr(j, "bind_trees") for j in judges):
+        raise EvalError("a tree builder or an RPTS scorer only serves RPTS: add --tasks rpts")
     runs = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
                                   wants_critiques, progress, wants_verifier) for judge in judges}
     earlier, left_out = earlier_runs(out_dir, judges, gold, questions, wants_critiques, wants_verifier)
@@ -330,10 +344,12 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, l
                        (p for run in runs.values() for p in run["predictions"]))
     metrics = results.compute_metrics(gold, {name: r["predictions"] for name, r in runs.items()},
                                       {name: r["picks"] for name, r in runs.items()}, tasks=tasks, matcher=matcher,
-                                      verifier={name: r["verifier"] for name, r in runs.items()})
+                                      verifier={name: r["verifier"] for name, r in runs.items()}, rpts=rpts)
     for name, result in runs.items():
         metrics["judges"][name].update(run=result["run"], fingerprint=result["fingerprint"])
     metrics["earlier_judges"] = {"included": sorted(earlier), "left_out": left_out}
+    if rpts_block is not None:
+        metrics["rpts"] = rpts_block
     report.write_report(metrics, out_dir)
     for name in names + sorted(earlier):
         log(report.summary_line(name, metrics["judges"][name]))

@@ -52,7 +52,7 @@ class Metric:
     fn: Callable
     level: str
     undefined: str
-    table: str = "leaderboard"   # or "diagnostics", "verifier"
+    table: str = "leaderboard"   # or "diagnostics", "verifier", "rpts"
     scale: int = 100             # shown x100 (papers' style), or as is
     headline: bool = False       # bootstrap interval, and a place in the terminal summary
 
@@ -66,6 +66,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("choice", "critiques", "the chains of one question ranked by the judge's chain scores (MiCEval App. D.1)"),
     Task("shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)"),
     Task("verifier", "verifier", "MiCEval's nine single-label verifier questions, each where the human labels apply"),
+    Task("rpts", "critiques", "each chain's reasoning tree scored with the judge's step scores, the RPTS filter and "
+         "accuracy before and after it (RPTS)"),
 )}
 
 NO_VERDICTS = "the judge gives no step verdicts, or no scored step is incorrect"
@@ -208,6 +210,43 @@ _METRICS += [
            M.somers_d, "chain",
            "the judge cannot answer verifier prompts, no chain has every aspect answered, or the human labels "
            "are constant", table="verifier"),
+]
+# ------------------------------------------------------------------ RPTS (`eval/rpts.py`): the judge as step scorer
+NO_RPTS = "no chain has a tree (premises in the data, or a --tree-builder) and a step score from the judge"
+NO_RPTS_HUMAN = "no chain has a tree, human step scores and a score from the judge"
+_METRICS += [
+    Metric("rpts_mean", "rpts", "mean", "RPTS", None, "mean over chains with a tree and a scored step",
+           "tree-weighted mean of the step scores, w = lambda^|h_f - h| (RPTS Sec. 3), the judge scoring the steps",
+           M.rpts, "chain", NO_RPTS, table="rpts"),
+    Metric("rpts_accuracy_before", "rpts", "accuracy.before", "Acc. before", None,
+           "over chains with an answer label and an RPTS", "share of chains whose final answer is right",
+           M.rpts_filter, "chain", NO_RPTS, table="rpts"),
+    Metric("rpts_accuracy_after", "rpts", "accuracy.after", "Acc. after filter", None,
+           "over the same chains", "share whose answer is right and whose RPTS reaches the threshold (the paper's "
+           "filter, RPTS < 0.5 by default: right for the wrong reasons)", M.rpts_filter, "chain", NO_RPTS,
+           table="rpts"),
+    Metric("rpts_filtered_rate", "rpts", "accuracy.filtered_rate", "Filtered %", None,
+           "over right answers with an RPTS", "share of right answers the filter removes", M.rpts_filter, "chain",
+           NO_RPTS + ", or no answer is right", table="rpts"),
+    Metric("rpts_visual", "rpts", "visual.mean", "RPTS (V)", None, "mean over chains with a scored visual step",
+           "RPTS over the conclusions that read a visual clue (the image) directly, heights from the whole tree "
+           "(the paper's V column)", M.rpts, "chain", NO_RPTS + ", or no step reads the image", table="rpts"),
+    Metric("rpts_textual", "rpts", "textual.mean", "RPTS (T)", None, "mean over chains with a scored textual step",
+           "RPTS over the conclusions that read a textual clue (the question, earlier conclusions) directly "
+           "(the paper's T column)", M.rpts, "chain", NO_RPTS + ", or no step reads text", table="rpts"),
+    Metric("rpts_gold_mean", "rpts", "gold.mean", "Gold RPTS", None, "mean over chains with a tree and human scores",
+           "RPTS of the same trees from the human step scores (the data, not the judge)", M.rpts, "chain",
+           "no chain has a tree and human step scores", table="rpts"),
+    Metric("rpts_gold_accuracy_after", "rpts", "gold.accuracy_after", "Gold acc. after", None,
+           "over chains with an answer label and a gold RPTS", "accuracy after the filter applied to the gold RPTS",
+           M.rpts_filter, "chain", "no chain has a tree, human step scores and an answer label", table="rpts"),
+    Metric("rpts_filter_agreement", "rpts", "filter_agreement", "Filter agreement", True,
+           "over right answers with both RPTS", "share of right answers the judge's filter treats as the gold "
+           "filter does (both keep, or both drop)", M.rpts_filter, "chain", NO_RPTS_HUMAN + ", or no answer is right",
+           table="rpts"),
+    Metric("rpts_somers_d", "rpts", "correlation.d", "Somers' D vs gold RPTS", True, "over chains with both RPTS",
+           "Somers' D(judge RPTS | gold RPTS), MiCEval's statistic on RPTS's chain scores", M.somers_d, "chain",
+           NO_RPTS_HUMAN + ", or the gold RPTS is constant", table="rpts"),
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}
 if len(METRICS) != len(_METRICS) or any(m.task not in TASKS for m in _METRICS):

@@ -333,7 +333,7 @@ def test_registry_lists_every_reported_metric_with_its_direction():
         "circular_accuracy"}
     for m in METRICS.values():
         assert m.task in TASKS and callable(m.fn) and m.aggregation and m.description and m.undefined
-        assert m.level in ("step", "chain", "group") and m.table in ("leaderboard", "diagnostics")
+        assert m.level in ("step", "chain", "group") and m.table in ("leaderboard", "diagnostics", "verifier", "rpts")
     section = {"critique": {"step": {"f1": 0.5, "f1_ci": [0.4, 0.6]}, "viscore": None}}
     assert lookup(section, METRICS["step_f1"]) == 0.5 and lookup(section, METRICS["step_f1"], ci=True) == [0.4, 0.6]
     assert has(section, METRICS["viscore"]) and not has(section, METRICS["answer_f1"])
