@@ -234,6 +234,45 @@ def test_step_score_mode_rates_each_step_given_the_steps_before_it():
     assert Scripted("s", mode="step-score").fingerprint() != Scripted("s", mode="score").fingerprint()
 
 
+def test_a_step_score_judge_has_its_somers_d_in_the_report_beside_the_other_routes(tmp_path):
+    """MiCEval's "Step, w/o MiCEval" evaluator is reported like every judge with step scores: its Somers' D against the
+    human step scores (all steps, description steps, reasoning steps) and against the chain label, in the same tables
+    as the critique route and the baselines."""
+    from stepcritic.data_prep.schema import save_chains
+    from stepcritic.data_prep.synth import synthesize
+    from stepcritic.eval.judges.generative import GenerativeJudge, Reply
+    from stepcritic.eval.runner import build_judge, evaluate
+    from stepcritic.eval.tasks import METRICS, lookup
+
+    class StepScores(GenerativeJudge):
+        kind = "test-step-score"
+        needs_images = False
+
+        def generate(self, prompts):
+            return [Reply(str(sum(map(ord, p.messages[0]["content"][1]["text"])) % 11)) for p in prompts]
+
+    save_chains(synthesize(24, seed=4, image_size=32), str(tmp_path / "chains"))
+    judges = [StepScores("step-score-judge", mode="step-score"), build_judge("always-correct")]
+    metrics = evaluate(str(tmp_path / "chains"), judges, str(tmp_path / "out"), tasks=["critique"], progress=False,
+                       log=lambda line: None)
+    overall = metrics["judges"]["step-score-judge"]["overall"]
+    names = ("somers_d_step", "somers_d_chain", "somers_d_description", "somers_d_reasoning")
+    assert all(lookup(overall, METRICS[name]) is not None for name in names)
+    report = (tmp_path / "out" / "report.md").read_text()
+    checked = []
+    for table in ("## Leaderboard", "## Diagnostics"):
+        lines = report[report.index(table):].splitlines()
+        header = next(line for line in lines if line.startswith("| Judge"))
+        row = next(line for line in lines if line.startswith("| `step-score-judge`"))
+        cells = dict(zip(header.split("|"), row.split("|")))
+        for name in names:
+            if f" {METRICS[name].display} " in cells:
+                value = lookup(overall, METRICS[name])
+                assert cells[f" {METRICS[name].display} "].strip(" *") == f"{100 * value:.1f}", name
+                checked.append(name)
+    assert sorted(checked) == sorted(names) and "`always-correct`" in report
+
+
 # ----------------------------------------------------------------------------- reading replies
 
 @pytest.mark.parametrize("text, n, expected", [
