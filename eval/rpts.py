@@ -128,11 +128,13 @@ def _pct(value) -> str:
 
 def notes(block: dict) -> list[str]:
     """What the report says above the RPTS table: settings, where the trees came from, what went wrong."""
-    settings, trees = block.get("settings") or {}, block.get("trees") or {}
-    lines = [f"lambda {settings.get('lam')}, h_f {settings.get('h_f')}, filter RPTS < {settings.get('threshold')}; "
-             f"trees: {trees.get('data', 0)} from the data's premises, {trees.get('builder', 0)} from the tree builder"
-             + (f" `{block['builder']}`" if block.get("builder") else "")
-             + f", {trees.get('malformed', 0)} malformed, {trees.get('none', 0)} chains without a tree (no RPTS)."]
+    settings = block.get("settings") or Settings().as_json()  # metrics computed without the runner: the defaults
+    lines = [f"lambda {settings['lam']}, h_f {settings['h_f']}, filter RPTS < {settings['threshold']}."]
+    trees = block.get("trees")
+    if trees:
+        lines.append(f"Trees: {trees['data']} from the data's premises, {trees['builder']} from the tree builder"
+                     + (f" `{block['builder']}`" if block.get("builder") else "")
+                     + f", {trees['malformed']} malformed, {trees['none']} chains without a tree (no RPTS).")
     bad = {k: n for k, n in (block.get("malformed") or {}).items() if n}
     if bad:
         lines.append("Malformed trees by kind: " + ", ".join(f"{k} {n}" for k, n in bad.items()) + "; e.g. "

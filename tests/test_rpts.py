@@ -171,7 +171,8 @@ def test_rpts_runs_offline_on_synthetic_chains_with_premises_from_the_data(synth
 
 def test_the_report_has_the_rpts_table_split_and_sensitivity(synthetic_run):
     report = synthetic_run["report"]
-    assert "## RPTS" in report and "36 from the data's premises" in report
+    assert "## RPTS" in report and "lambda 0.5, h_f final, filter RPTS < 0.5." in report
+    assert "Trees: 36 from the data's premises" in report
     for m in metrics_for(["rpts"]):
         assert f" {m.display} |" in report, m.name
     assert "`gold-scorer`: mean RPTS / accuracy after the filter" in report
