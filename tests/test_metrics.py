@@ -327,10 +327,10 @@ def test_registry_lists_every_reported_metric_with_its_direction():
                 "somers_d_chain", "choice_ranking_accuracy", "circular_accuracy", "consistency", "bias_rate"}
     assert expected <= set(METRICS)
     lower_is_better = {name for name, m in METRICS.items() if m.higher_is_better is False}
-    assert {"bias_rate", "invalid_rate", "brier"} == lower_is_better
+    assert {"bias_rate", "invalid_rate", "brier", "verifier_invalid_rate"} == lower_is_better
     assert {m.name for m in METRICS.values() if m.headline} == {
         "step_f1", "step_auroc", "answer_f1", "viscore", "invalid_rate", "choice_ranking_accuracy",
-        "circular_accuracy"}
+        "circular_accuracy", "verifier_avg"}
     for m in METRICS.values():
         assert m.task in TASKS and callable(m.fn) and m.aggregation and m.description and m.undefined
         assert m.level in ("step", "chain", "group") and m.table in ("leaderboard", "diagnostics", "verifier", "rpts")
