@@ -148,6 +148,9 @@ def test_prm_with_notes_learns_what_the_verdict_alone_does_not(workdir):
     assert auc(labels, seen) >= 0.9
     assert accuracy >= 0.9
     assert abs(auc(labels, blind) - 0.5) <= 0.2
+    # chains are scored side by side, left-padded: the same numbers as one at a time
+    alone = [1 - c.p_incorrect[0] for c in judge(f"prm:{out},batch_size=1", held_out[:6])]
+    assert alone == pytest.approx(seen[:6], abs=1e-5)
 
 
 # ----------------------------------------------------------------------------- reward

@@ -90,9 +90,11 @@ class PRMScorer:
 
     def score(self, chains: list[dict]) -> list[list[float]]:
         """Per chain, per step: P(`+`) normalised over {`+`, `-`}."""
-        if self.notes:
-            return [self._score_with_notes(chain) for chain in chains]
         out = []
+        if self.notes:
+            for start in range(0, len(chains), self.batch_size):
+                out.extend(self._score_with_notes(chains[start:start + self.batch_size]))
+            return out
         for start in range(0, len(chains), self.batch_size):
             out.extend(self._score_batch(chains[start:start + self.batch_size]))
         return out
@@ -117,50 +119,80 @@ class PRMScorer:
         return [[float(pair[b, slot[int(p)]]) for p in row] for b, row in enumerate(positions)]
 
 
-    def _score_with_notes(self, chain: dict) -> list[float]:
-        """Step by step: write the note greedily, read P(`+`) where the verdict comes; `self.last_notes` keeps
-        the notes (what the model says each step should read)."""
-        import torch
+    def _score_with_notes(self, chains: list[dict]) -> list[list[float]]:
+        """Step by step, the chains in a batch side by side (left-padded): write each note greedily, then read the
+        probability of the step's own text as the note. `self.last_notes` keeps the notes written (what the model
+        says each step should read) and `self.verdict_scores` P(`+`) after each."""
         from trl.data_utils import prepare_multimodal_messages
 
-        image = [to_rgb(chain["image"])]
-        turns = prompts.prm_prompt_messages(chain, self.template)[0::2]  # the user turns, one per step
         device = next(self.model.parameters()).device
-        verdicts = [self.positive_id, self.negative_id]
-        messages, scores, notes, verdict_scores = [], [], [], []
-        for turn, step in zip(turns, (s["text"] for s in chain["steps"])):
-            messages.append(turn)
+        images = [[to_rgb(chain["image"])] for chain in chains]
+        turns = [prompts.prm_prompt_messages(chain, self.template)[0::2] for chain in chains]  # user turns
+        messages = [[] for _ in chains]
+        scores, notes, verdict_scores = ([[] for _ in chains] for _ in range(3))
+        for index in range(max(len(t) for t in turns)):
+            rows = [b for b, t in enumerate(turns) if index < len(t)]
+            for b in rows:
+                messages[b].append(turns[b][index])
             inputs = self.processor.apply_chat_template(
-                [prepare_multimodal_messages([dict(m) for m in messages], images=image)],
-                add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt").to(device)
-            with torch.no_grad():
-                out = self.model.generate(**inputs, max_new_tokens=self.MAX_NOTE_TOKENS, do_sample=False,
-                                          eos_token_id=verdicts, logits_processor=[_ForceVerdict(
-                                              inputs["input_ids"].shape[1] + self.MAX_NOTE_TOKENS - 1, verdicts)],
-                                          output_logits=True, return_dict_in_generate=True, pad_token_id=verdicts[0])
-            written = out.sequences[0, inputs["input_ids"].shape[1]:]
-            pair = out.logits[-1][0, verdicts].float().log_softmax(-1)
-            verdict_scores.append(float(pair[0].exp()))
-            scores.append(self._note_probability(inputs, step))
-            note = self.processor.tokenizer.decode(written[:-1], skip_special_tokens=True).strip()
-            notes.append(note)
-            messages.append(prompts.assistant_turn(prompts.prm_turn(prompts.PRM_POSITIVE, note)))
+                [prepare_multimodal_messages([dict(m) for m in messages[b]], images=images[b]) for b in rows],
+                add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
+                processor_kwargs={"padding": True, "padding_side": "left"}).to(device)
+            written, verdict_p = self._write_notes(inputs)
+            steps = [chains[b]["steps"][index]["text"] for b in rows]
+            for b, note, p_plus, p_note in zip(rows, written, verdict_p, self._note_probabilities(inputs, steps)):
+                scores[b].append(p_note)
+                verdict_scores[b].append(p_plus)
+                notes[b].append(note)
+                messages[b].append(prompts.assistant_turn(prompts.prm_turn(prompts.PRM_POSITIVE, note)))
         self.last_notes, self.verdict_scores = notes, verdict_scores
         return scores
 
-    def _note_probability(self, inputs, step: str) -> float:
-        """The least probability of any token of `step` written as the note (teacher-forced after the prompt)."""
+    def _write_notes(self, inputs) -> tuple[list[str], list[float]]:
+        """Greedy notes for a left-padded batch, each cut at its verdict, and P(`+`) there."""
         import torch
 
-        note = self.processor.tokenizer.encode(step + prompts.PRM_NOTE_END, add_special_tokens=False)
-        note = torch.tensor([note], device=inputs["input_ids"].device)
+        verdicts = [self.positive_id, self.negative_id]
         n = inputs["input_ids"].shape[1]
-        forced = dict(inputs, input_ids=torch.cat([inputs["input_ids"], note], 1),
-                      attention_mask=torch.cat([inputs["attention_mask"], torch.ones_like(note)], 1))
         with torch.no_grad():
-            logits = self.model(**forced).logits[0, n - 1:-1].float()
-        probs = logits.softmax(-1).gather(1, note[0][:, None])[:, 0]
-        return float(probs.min())
+            out = self.model.generate(**inputs, max_new_tokens=self.MAX_NOTE_TOKENS, do_sample=False,
+                                      eos_token_id=verdicts, pad_token_id=self.processor.tokenizer.pad_token_id,
+                                      logits_processor=[_ForceVerdict(n + self.MAX_NOTE_TOKENS - 1, verdicts)],
+                                      output_logits=True, return_dict_in_generate=True)
+        notes, p_plus = [], []
+        for b, row in enumerate(out.sequences[:, n:].tolist()):
+            end = next(k for k, token in enumerate(row) if token in verdicts)  # always there: _ForceVerdict
+            pair = out.logits[end][b, verdicts].float().log_softmax(-1)
+            p_plus.append(float(pair[0].exp()))
+            notes.append(self.processor.tokenizer.decode(row[:end], skip_special_tokens=True).strip())
+        return notes, p_plus
+
+    def _note_probabilities(self, inputs, steps: list[str]) -> list[float]:
+        """For each row, the least probability of any token of its step written as the note (teacher-forced)."""
+        import torch
+
+        tokenizer = self.processor.tokenizer
+        forced = [tokenizer.encode(step + prompts.PRM_NOTE_END, add_special_tokens=False) for step in steps]
+        width = max(map(len, forced))
+        rows, n = len(steps), inputs["input_ids"].shape[1]
+        # the prompts are left-padded to n; each note goes right after its prompt, the rest is right padding
+        ids = torch.full((rows, n + width), tokenizer.pad_token_id, dtype=inputs["input_ids"].dtype)
+        mask = torch.zeros((rows, n + width), dtype=inputs["attention_mask"].dtype)
+        ids[:, :n], mask[:, :n] = inputs["input_ids"].cpu(), inputs["attention_mask"].cpu()
+        for b, note in enumerate(forced):
+            ids[b, n:n + len(note)] = torch.tensor(note)
+            mask[b, n:n + len(note)] = 1
+        positions = (mask.cumsum(1) - 1).clamp(min=0)  # left padding must not shift the real tokens' positions
+        device = inputs["input_ids"].device
+        batch = dict(inputs, input_ids=ids.to(device), attention_mask=mask.to(device),
+                     position_ids=positions.to(device))
+        with torch.no_grad():
+            logits = self.model(**batch).logits[:, n - 1:-1].float()
+        out = []
+        for b, note in enumerate(forced):
+            probs = logits[b, :len(note)].softmax(-1).gather(1, torch.tensor(note, device=device)[:, None])[:, 0]
+            out.append(float(probs.min()))
+        return out
 
 
 class _ForceVerdict:
