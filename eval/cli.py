@@ -12,7 +12,7 @@ import os
 from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.metrics import DEFAULT_RPTS_LAMBDA, DEFAULT_RPTS_THRESHOLD
 from stepcritic.eval.rpts_tree import CLUE_MATCHERS
-from stepcritic.eval.runner import TASKS, EvalError
+from stepcritic.eval.runner import DEFAULT_TASKS, TASKS, EvalError
 
 EPILOG = """\
 judge specs (repeat --judge to compare judges side by side):
@@ -57,8 +57,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         help="a judge spec; repeat for several judges")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="output folder: predictions.jsonl, metrics.json, report.md, plots/, cache/")
-    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), metavar="TASK",
-                        help=f"which evaluations to run, from {', '.join(TASKS)} (default: all)")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(DEFAULT_TASKS), metavar="TASK",
+                        help=f"which evaluations to run, from {', '.join(TASKS)} (default: "
+                             f"{' '.join(DEFAULT_TASKS)}; verifier, nine more prompts per step, only on request)")
     parser.add_argument("--limit", type=int, default=None, metavar="N",
                         help="judge only the first N chains")
     parser.add_argument("--matcher", default="lexical", choices=MATCHERS,

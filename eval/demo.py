@@ -109,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
     from stepcritic.data_prep.schema import load_chains
     from stepcritic.data_prep.synth import synthesize_to_disk
     from stepcritic.eval.judges.registry import make_judge
-    from stepcritic.eval.runner import TASKS, evaluate
+    from stepcritic.eval.runner import DEFAULT_TASKS, evaluate
 
     plan = dict(PLANS["quick" if args.quick else "full"], level=args.level)
     out = os.path.abspath(args.out)
@@ -155,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
     judges = [make_judge(spec) for spec in trained + [blank] + baselines]
     eval_dir = os.path.join(out, "eval")
     metrics = stages.run("evaluate on held-out chains", evaluate, os.path.join(data, "test-chains"), judges,
-                         eval_dir, tasks=TASKS)
+                         eval_dir, tasks=DEFAULT_TASKS)
 
     names = [j.name for j in judges]
     summary = target_summary(metrics, names[0], names[1], names[2], names[3:])

@@ -25,6 +25,7 @@ from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, write_jso
 from stepcritic.eval.judges.base import Critique, Judge, best_index
 
 TASKS = tuple(registry.TASKS)
+DEFAULT_TASKS = tuple(name for name, task in registry.TASKS.items() if task.default)
 OPTION_LETTERS = "ABCD"
 MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains per group, like A-D options
 
@@ -298,7 +299,7 @@ def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions:
     return runs, left_out
 
 
-def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=TASKS, limit: int | None = None,
+def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_TASKS, limit: int | None = None,
              matcher: str = "lexical", progress: bool = True, log=print, rpts=None, tree_builder=None) -> dict:
     """Judge, cache, and write predictions.jsonl, metrics.json, report.md and plots/ under `out_dir`.
 

@@ -29,6 +29,7 @@ class Task:
     needs: str        # what the runner asks each judge for: "critiques" (one per chain), "picks" (ShiftCheck) or
     #                   "verifier" (the answers to every verifier task, `eval/verifier.py`)
     description: str
+    default: bool = True  # run when `--tasks` is not given; off for tasks that multiply a judge's requests
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("critique", "critiques", "every step of every chain judged (VISCO's critique, MiCEval's correlations)"),
     Task("choice", "critiques", "the chains of one question ranked by the judge's chain scores (MiCEval App. D.1)"),
     Task("shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)"),
-    Task("verifier", "verifier", "MiCEval's nine single-label verifier questions, each where the human labels apply"),
+    # opt-in: nine more prompts per step for every generative judge (about ten times the requests of an API run)
+    Task("verifier", "verifier", "MiCEval's nine single-label verifier questions, each where the human labels apply",
+         default=False),
     Task("rpts", "critiques", "each chain's reasoning tree scored with the judge's step scores, the RPTS filter and "
          "accuracy before and after it (RPTS)"),
 )}

@@ -37,7 +37,8 @@ def test_a_note_is_the_step_as_it_should_read():
 
 
 def test_an_incorrect_step_without_correction_or_explanation_has_no_note(tmp_path):
-    bare = schema.validate_chain(chain("bare", group_id="g1", steps=[step("The circle is blue.", correct=False, explanations=[])]))
+    bare = schema.validate_chain(chain("bare", group_id="g1",
+                                       steps=[step("The circle is blue.", correct=False, explanations=[])]))
     with pytest.raises(schema.SchemaError, match=r"steps\[0\]\.correction"):
         prompts.prm_messages(bare, notes=True)
     records = [schema.validate_chain(noted_chain(f"c{i}", group_id=f"g{i}")) for i in range(4)] + [bare]
