@@ -23,6 +23,14 @@ def _save(fig, path: str) -> None:
     _plt().close(fig)
 
 
+def _bars(ax, xs, values, width, label) -> None:
+    """Bars for the defined values; an undefined one (None) gets no bar and a "–" at zero, never a bar of 0."""
+    ax.bar(xs, [float("nan") if v is None else v for v in values], width, label=label)
+    for x, v in zip(xs, values):
+        if v is None:
+            ax.text(x, 0, "–", ha="center", va="bottom", fontsize=8)
+
+
 def _critiques(metrics: dict) -> dict:
     return {name: r["overall"]["critique"] for name, r in metrics["judges"].items() if "critique" in r["overall"]}
 
@@ -36,7 +44,8 @@ def step_prf(metrics: dict, path: str) -> bool:
     width = 0.8 / 3
     for k, label in enumerate(("precision", "recall", "f1")):
         xs = [i + (k - 1) * width for i in range(len(critiques))]
-        ax.bar(xs, [100 * (c["step"][label] or 0) for c in critiques.values()], width, label=label)
+        _bars(ax, xs, [None if c["step"][label] is None else 100 * c["step"][label] for c in critiques.values()],
+              width, label)
     ax.set_xticks(range(len(critiques)), list(critiques), rotation=20, ha="right", fontsize=8)
     ax.set_ylim(0, 100)
     ax.set_ylabel("x100 (incorrect step = positive)")
@@ -107,8 +116,7 @@ def somers_d(metrics: dict, path: str) -> bool:
     width = 0.8 / len(levels)
     for k, level in enumerate(levels):
         xs = [i + (k - (len(levels) - 1) / 2) * width for i in range(len(critiques))]
-        ax.bar(xs, [(c["correlation"].get(level) or {}).get("d") or 0 for c in critiques.values()],
-               width, label=level)
+        _bars(ax, xs, [(c["correlation"].get(level) or {}).get("d") for c in critiques.values()], width, level)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(critiques)), list(critiques), rotation=20, ha="right", fontsize=8)
     ax.set_ylim(-1, 1)
