@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from stepcritic.data_prep.adapters.records import require_fields
 from stepcritic.data_prep.schema import SchemaError, group_id_for
 
 STEP_TYPE = {"Description": "description", "Reasoning": "reasoning", "Both": "both"}
@@ -74,11 +75,7 @@ def _step(raw: dict, key: str, where: str) -> dict:
 
 
 def convert(raw: dict, where: str, ctx: dict) -> dict:
-    if not isinstance(raw, dict):
-        raise SchemaError("a record must be a JSON object", where)
-    for key in ("idx", "image", "question", "steps"):
-        if raw.get(key) is None:
-            raise SchemaError("missing required field", where, key)
+    require_fields(raw, where, ("idx", "image", "question", "steps"))
     steps = raw["steps"]
     if not isinstance(steps, dict) or not steps:
         raise SchemaError("a chain needs at least one step", where, "steps")

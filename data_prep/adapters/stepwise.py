@@ -6,8 +6,7 @@ data use. The image column may be `image` or `images` (first image used): a path
 
 from __future__ import annotations
 
-import os
-
+from stepcritic.data_prep.adapters.records import beside_input, require_fields
 from stepcritic.data_prep.schema import SchemaError
 
 # Accepted step labels: true/false, 1/0 or "+"/"-" (Math-Shepherd). 1 and 0 need no keys of their own:
@@ -25,16 +24,11 @@ def parse_label(label: object) -> bool | None:
         return None
 
 
-def default_image_root(input_path: str) -> str:
-    return os.path.dirname(os.path.abspath(input_path))
+default_image_root = beside_input
 
 
 def convert(raw: dict, where: str, ctx: dict) -> dict:
-    if not isinstance(raw, dict):
-        raise SchemaError("a record must be a JSON object", where)
-    for key in ("prompt", "completions", "labels"):
-        if raw.get(key) is None:
-            raise SchemaError("missing required field", where, key)
+    require_fields(raw, where, ("prompt", "completions", "labels"))
     steps, labels = raw["completions"], raw["labels"]
     if not isinstance(steps, list) or not steps:
         raise SchemaError("a chain needs at least one step", where, "completions")

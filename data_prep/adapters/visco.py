@@ -7,6 +7,7 @@ step `type` and the aspect fields stay null.
 
 from __future__ import annotations
 
+from stepcritic.data_prep.adapters.records import require_fields
 from stepcritic.data_prep.schema import SchemaError
 
 
@@ -21,11 +22,7 @@ def _bool(value, where: str, field: str) -> bool:
 
 
 def convert(raw: dict, where: str, ctx: dict) -> dict:
-    if not isinstance(raw, dict):
-        raise SchemaError("a record must be a JSON object", where)
-    for key in ("id", "question", "image", "response", "reasoning_correctness"):
-        if raw.get(key) is None:
-            raise SchemaError("missing required field", where, key)
+    require_fields(raw, where, ("id", "question", "image", "response", "reasoning_correctness"))
     response = raw["response"]
     steps = response.get("reasoning") if isinstance(response, dict) else None
     if not isinstance(steps, list) or not steps:

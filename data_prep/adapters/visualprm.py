@@ -14,18 +14,17 @@ question without the template, is preferred when present). Several images: the f
 
 from __future__ import annotations
 
-import os
 import re
 
 from stepcritic.data_prep.adapters.image_list import first_image, image_paths
+from stepcritic.data_prep.adapters.records import beside_input, require_fields
 from stepcritic.data_prep.schema import SchemaError, group_id_for
 
 IMAGE_PLACEHOLDERS = re.compile(r"^\s*(?:<image(?:\s*\d+)?>\s*)+")
 COUNTS = ("num_mc_correct", "num_mc_total")
 
 
-def default_image_root(input_path: str) -> str:
-    return os.path.dirname(os.path.abspath(input_path))
+default_image_root = beside_input
 
 
 def _score(value, where: str, field: str) -> float:
@@ -44,11 +43,7 @@ def _question(raw: dict) -> object:
 
 
 def convert(raw: dict, where: str, ctx: dict) -> dict:
-    if not isinstance(raw, dict):
-        raise SchemaError("a record must be a JSON object", where)
-    for key in ("image", "question", "steps_with_score"):
-        if raw.get(key) is None:
-            raise SchemaError("missing required field", where, key)
+    require_fields(raw, where, ("image", "question", "steps_with_score"))
     scored = raw["steps_with_score"]
     if not isinstance(scored, list) or not scored:
         raise SchemaError("a chain needs at least one step", where, "steps_with_score")

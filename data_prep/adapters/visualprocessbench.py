@@ -13,17 +13,15 @@ Several images: the first is kept, see `image_list.py`.
 
 from __future__ import annotations
 
-import os
-
 from stepcritic.data_prep.adapters.image_list import first_image, image_paths
+from stepcritic.data_prep.adapters.records import beside_input, require_fields
 from stepcritic.data_prep.schema import SchemaError, group_id_for
 
 # the release's images.zip unpacks into images/ next to test.jsonl; paths may be relative to either folder
 IMAGE_SUBFOLDERS = ("", "images")
 
 
-def default_image_root(input_path: str) -> str:
-    return os.path.dirname(os.path.abspath(input_path))
+default_image_root = beside_input
 
 
 def _rating(value, where: str, field: str) -> int:
@@ -33,11 +31,7 @@ def _rating(value, where: str, field: str) -> int:
 
 
 def convert(raw: dict, where: str, ctx: dict) -> dict:
-    if not isinstance(raw, dict):
-        raise SchemaError("a record must be a JSON object", where)
-    for key in ("image", "question", "response"):
-        if raw.get(key) is None:
-            raise SchemaError("missing required field", where, key)
+    require_fields(raw, where, ("image", "question", "response"))
     response = raw["response"]
     if not isinstance(response, dict):
         raise SchemaError("expected an object with 'steps' and 'process_correctness'", where, "response")
