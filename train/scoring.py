@@ -14,8 +14,8 @@ probability the model gives to the step's own text as its note, taken at the ste
 the model would write as it stands scores near 1; one whose value it would write otherwise (a colour, a count)
 scores the probability of that wrong token. Why not the verdict: comparing note and step is itself an XOR of two
 tokens, which a model trained from scratch learns far more slowly than the look-up the note needs (README, issue
-11); the verdict is still trained and `verdict_scores` keeps P(`+`) after the greedy note for each step. The greedy
-note and a `+` placeholder then stay in the context for later steps, as in training.
+11); the verdict is still trained and ends each note. The greedy note and a `+` placeholder then stay in the
+context for later steps, as in training.
 
 `RewardScorer` reads an outcome reward model (`method: reward`): one scalar per whole chain.
 """
@@ -118,18 +118,17 @@ class PRMScorer:
         slot = {int(p): i for i, p in enumerate(kept)}
         return [[float(pair[b, slot[int(p)]]) for p in row] for b, row in enumerate(positions)]
 
-
     def _score_with_notes(self, chains: list[dict]) -> list[list[float]]:
         """Step by step, the chains in a batch side by side (left-padded): write each note greedily, then read the
-        probability of the step's own text as the note. `self.last_notes` keeps the notes written (what the model
-        says each step should read) and `self.verdict_scores` P(`+`) after each."""
+        probability of the step's own text as the note. `self.last_notes` keeps the notes the model wrote (what it
+        says each step should read), for inspection."""
         from trl.data_utils import prepare_multimodal_messages
 
         device = next(self.model.parameters()).device
         images = [[to_rgb(chain["image"])] for chain in chains]
         turns = [prompts.prm_prompt_messages(chain, self.template)[0::2] for chain in chains]  # user turns
         messages = [[] for _ in chains]
-        scores, notes, verdict_scores = ([[] for _ in chains] for _ in range(3))
+        scores, notes = [[] for _ in chains], [[] for _ in chains]
         for index in range(max(len(t) for t in turns)):
             rows = [b for b, t in enumerate(turns) if index < len(t)]
             for b in rows:
@@ -138,37 +137,33 @@ class PRMScorer:
                 [prepare_multimodal_messages([dict(m) for m in messages[b]], images=images[b]) for b in rows],
                 add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
                 processor_kwargs={"padding": True, "padding_side": "left"}).to(device)
-            written, verdict_p = self._write_notes(inputs)
             steps = [chains[b]["steps"][index]["text"] for b in rows]
-            for b, note, p_plus, p_note in zip(rows, written, verdict_p, self._note_probabilities(inputs, steps)):
+            for b, note, p_note in zip(rows, self._write_notes(inputs), self._note_probabilities(inputs, steps)):
                 scores[b].append(p_note)
-                verdict_scores[b].append(p_plus)
                 notes[b].append(note)
                 messages[b].append(prompts.assistant_turn(prompts.prm_turn(prompts.PRM_POSITIVE, note)))
-        self.last_notes, self.verdict_scores = notes, verdict_scores
+        self.last_notes = notes
         return scores
 
-    def _write_notes(self, inputs) -> tuple[list[str], list[float]]:
-        """Greedy notes for a left-padded batch, each cut at its verdict, and P(`+`) there."""
+    def _write_notes(self, inputs) -> list[str]:
+        """Greedy notes for a left-padded batch, each cut where its verdict comes."""
         import torch
 
         verdicts = [self.positive_id, self.negative_id]
         n = inputs["input_ids"].shape[1]
         with torch.no_grad():
-            out = self.model.generate(**inputs, max_new_tokens=self.MAX_NOTE_TOKENS, do_sample=False,
-                                      eos_token_id=verdicts, pad_token_id=self.processor.tokenizer.pad_token_id,
-                                      logits_processor=[_ForceVerdict(n + self.MAX_NOTE_TOKENS - 1, verdicts)],
-                                      output_logits=True, return_dict_in_generate=True)
-        notes, p_plus = [], []
-        for b, row in enumerate(out.sequences[:, n:].tolist()):
+            sequences = self.model.generate(**inputs, max_new_tokens=self.MAX_NOTE_TOKENS, do_sample=False,
+                                            eos_token_id=verdicts, pad_token_id=self.processor.tokenizer.pad_token_id,
+                                            logits_processor=[_ForceVerdict(n + self.MAX_NOTE_TOKENS - 1, verdicts)])
+        notes = []
+        for row in sequences[:, n:].tolist():
             end = next(k for k, token in enumerate(row) if token in verdicts)  # always there: _ForceVerdict
-            pair = out.logits[end][b, verdicts].float().log_softmax(-1)
-            p_plus.append(float(pair[0].exp()))
             notes.append(self.processor.tokenizer.decode(row[:end], skip_special_tokens=True).strip())
-        return notes, p_plus
+        return notes
 
     def _note_probabilities(self, inputs, steps: list[str]) -> list[float]:
-        """For each row, the least probability of any token of its step written as the note (teacher-forced)."""
+        """For each row, the least probability of any token of its step written as the note, the line end that
+        closes the note included (teacher-forced after the prompt)."""
         import torch
 
         tokenizer = self.processor.tokenizer
