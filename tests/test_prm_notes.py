@@ -78,3 +78,20 @@ def test_synthetic_errors_carry_their_correction():
                 assert s["correction"] and s["correction"] != s["text"], (s, fault)
                 fixed += 1
     assert fixed > 50 and irreparable > 5
+
+
+def test_a_note_writing_prm_through_lora_must_be_merged(tmp_path):
+    # an adapter folder has no config of its own, so the scorer could not tell that the PRM writes notes
+    import os
+
+    from helpers import RECIPES, chains
+
+    from stepcritic.train.config import parse_recipe
+    from stepcritic.train.run import train
+
+    build_dataset(chains(4), "prm-sft", str(tmp_path / "data"), test_fraction=0.25, prm_notes=True)
+    recipe = parse_recipe(os.path.join(RECIPES, "prm.yaml"), dict(
+        dataset_path=str(tmp_path / "data"), output_dir=str(tmp_path / "run"), max_steps=1, use_peft=True,
+        report_to="none"))
+    with pytest.raises(ValueError, match="merge_adapter: true"):
+        train(recipe)

@@ -80,8 +80,12 @@ def check_config(recipe) -> None:
 def build_trainer(recipe, model, processor, train_data, eval_data):
     check_config(recipe)
     # the scorer reads this from the saved config: a note-writing PRM is scored by generating its notes
-    model.config.stepcritic_prm_notes = writes_notes(train_data)
+    notes = model.config.stepcritic_prm_notes = writes_notes(train_data)
     model = common.prepare_model(recipe, model)
+    if notes and common.is_peft(model) and not recipe.script_args.merge_adapter:
+        raise ValueError("a note-writing PRM (prm-sft built with --prm-notes) trained through LoRA is scored from its "
+                         "merged model, whose config records the note format (an adapter folder does not): set "
+                         "merge_adapter: true and judge with prm:OUTPUT_DIR/merged")
     trainer = prm_targets.trainer_class()(model=model, args=recipe.training_args, train_dataset=train_data,
                                           eval_dataset=eval_data, processing_class=processor)
     tokenizer = getattr(processor, "tokenizer", processor)
