@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
+from stepcritic.data_prep.adapters.records import beside_input
 
-
-def default_image_root(input_path: str) -> str:
-    return os.path.dirname(os.path.abspath(input_path))
+default_image_root = beside_input
 
 
 def convert(raw: dict, where: str, ctx: dict) -> dict:
