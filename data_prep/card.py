@@ -157,7 +157,10 @@ def ingest_card_text(stats: dict) -> str:
         "## Records", "",
         *_table(("what", "count"), [("records in", stats["n_records"]), ("chains kept", stats["n_chains"]),
                                     ("records rejected", stats["n_rejected"]), ("steps", stats["n_steps"])]), "",
-        "Every rejected record is listed in `stats.json` (`rejected`) with its file:line, field and reason.",
+        ("Every rejected record is listed in `stats.json` (`rejected`) with its file:line, field and reason."
+         if "rejected_file" not in stats else
+         f"Every rejected record is listed in `{stats['rejected_file']}` with its file:line, field and reason "
+         f"(`stats.json` lists the first {len(stats['rejected'])})."),
     ]
     correct = stats["label_counts"].get("correct", {})
     lines += ["", "## Step labels", "",

@@ -31,6 +31,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--out", required=True, help="output folder for the chains dataset and stats.json")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="fail: stop at the first bad record (default); skip: keep going and list every skipped record")
+    p.add_argument("--num-proc", type=int, default=1,
+                   help="worker processes that convert and check records, images included (default 1); the output "
+                        "is the same for any number")
     p.add_argument("--soft-threshold", type=float, default=SOFT_THRESHOLD,
                    help="a step with a soft label (a Monte-Carlo score in [0, 1]) and no boolean label is correct when "
                         f"its score is above this (default {SOFT_THRESHOLD}: at least one sampled continuation reached "
@@ -91,8 +94,11 @@ def main(args: argparse.Namespace) -> int:
         from stepcritic.data_prep.ingest import ingest
 
         stats = ingest(args.format, args.input, args.out, args.image_root, args.on_error,
-                       log=lambda m: print(m, file=sys.stderr), soft_threshold=args.soft_threshold)
+                       log=lambda m: print(m, file=sys.stderr), soft_threshold=args.soft_threshold,
+                       num_proc=args.num_proc)
         print(f"ingested {_summary(stats, ('n_records', 'n_chains', 'n_steps', 'n_rejected'))} -> {args.out}")
+        if "rejected_file" in stats:
+            print(f"note: every rejected record is listed in {args.out}/{stats['rejected_file']}")
         notes = stats["label_notes"]
         if notes["neutral_steps"]:
             print(f"note: {notes['neutral_steps']} neutral steps keep correct=null (data build --neutral decides)")

@@ -10,12 +10,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
+import tempfile
 from collections import Counter, defaultdict
 from typing import Iterator
 
 from stepcritic.data_prep import labels
 from stepcritic.data_prep.card import write_ingest_card
-from stepcritic.data_prep.schema import SchemaError, chain_meta, save_chains, validate_chain
+from stepcritic.data_prep.schema import SchemaError, chain_meta, validate_chain
 from stepcritic.errors import UserError
 
 # format -> adapter module; each exposes `convert(raw, where, ctx) -> dict` (a chain before validation),
@@ -50,12 +52,15 @@ def read_records(path: str) -> Iterator[tuple[str, object]]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        try:
-            table = pq.read_table(path)
+        try:  # one row group's worth of rows at a time, never the whole table
+            batches = pq.ParquetFile(path).iter_batches(batch_size=256)
+            i = 0
+            for batch in batches:
+                for rec in batch.to_pylist():
+                    i += 1
+                    yield f"{name}:row{i}", rec
         except (pa.ArrowException, OSError) as e:
             raise IngestError(f"{path}: unreadable parquet file ({' '.join(str(e).split())})") from None
-        for i, rec in enumerate(table.to_pylist(), 1):
-            yield f"{name}:row{i}", rec
         return
     if path.endswith(".json"):
         with open(path, encoding="utf-8") as f:
@@ -84,9 +89,14 @@ def read_records(path: str) -> Iterator[tuple[str, object]]:
             raise IngestError(f"{path}:{lineno + 1}: not UTF-8 text ({e.reason}); expected JSON lines") from None
 
 
-def label_counts(chains: list[dict]) -> dict:
-    counts: dict[str, Counter] = defaultdict(Counter)
-    for c in chains:
+class LabelCounts:
+    """Per-aspect label counts over the kept chains, added one chain at a time."""
+
+    def __init__(self):
+        self.counts: dict[str, Counter] = defaultdict(Counter)
+
+    def add(self, c: dict) -> None:
+        counts = self.counts
         counts["chain_correct"][str(c["chain_correct"])] += 1
         counts["answer_correct"][str(c["answer_correct"])] += 1
         for s in c["steps"]:
@@ -94,15 +104,76 @@ def label_counts(chains: list[dict]) -> dict:
                 counts[aspect][str(s[aspect])] += 1
             for e in s["description_errors"]:
                 counts["description_errors"][e] += 1
-    return {k: dict(sorted(v.items())) for k, v in sorted(counts.items())}
+
+    def result(self) -> dict:
+        return {k: dict(sorted(v.items())) for k, v in sorted(self.counts.items())}
+
+
+def label_counts(chains) -> dict:
+    counts = LabelCounts()
+    for c in chains:
+        counts.add(c)
+    return counts.result()
+
+
+# Up to this many rejections are listed in stats.json itself; beyond it stats.json keeps the first ones and every
+# rejection is listed in rejected.jsonl beside it (a few hundred thousand records with a systematic fault would
+# otherwise make stats.json, and the memory that holds it, as big as the input's error list).
+REJECTED_INLINE = 1000
+REJECTED_FILE = "rejected.jsonl"
+
+
+def _convert(adapter, ctx: dict, soft_threshold: float, where: str, raw) -> dict | SchemaError:
+    """One record to a validated chain, or the SchemaError that rejects it (returned: it may cross processes)."""
+    try:
+        if isinstance(raw, SchemaError):
+            raise raw
+        return validate_chain(adapter.convert(raw, where, ctx), where, ctx["image_root"], soft_threshold)
+    except SchemaError as e:
+        return e
+
+
+def _worker_init(fmt: str, ctx: dict, soft_threshold: float) -> None:
+    global _WORKER
+    _WORKER = (importlib.import_module(FORMATS[fmt]), ctx, soft_threshold)
+
+
+def _worker_convert(item: tuple[str, object]):
+    adapter, ctx, soft_threshold = _WORKER
+    return _convert(adapter, ctx, soft_threshold, *item)
+
+
+_WORKER: tuple | None = None
+# records handed to the worker processes at a time: enough to keep them busy, few enough to bound memory
+NUM_PROC_WINDOW = 512
+
+
+def _converted(fmt: str, adapter, records, ctx: dict, soft_threshold: float, num_proc: int):
+    """(where, chain or SchemaError) for every record in input order; `num_proc` > 1 converts in worker processes,
+    a bounded window of records at a time (Pool.imap would read the whole input ahead)."""
+    if num_proc <= 1:
+        for where, raw in records:
+            yield where, _convert(adapter, ctx, soft_threshold, where, raw)
+        return
+    import itertools
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(num_proc, _worker_init, (fmt, ctx, soft_threshold)) as pool:
+        records = iter(records)
+        while window := list(itertools.islice(records, NUM_PROC_WINDOW)):
+            results = pool.map(_worker_convert, window, chunksize=max(1, len(window) // (4 * num_proc)))
+            for (where, _), result in zip(window, results):
+                yield where, result
 
 
 def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | None = None,
-           on_error: str = "fail", log=print, soft_threshold: float = labels.SOFT_THRESHOLD) -> dict:
+           on_error: str = "fail", log=print, soft_threshold: float = labels.SOFT_THRESHOLD, num_proc: int = 1) -> dict:
     """Convert `input_path` in format `fmt` into a canonical chains dataset at `out_dir`; return the stats.
 
-    Steps with a soft label (a score in [0, 1]) and no boolean are correct when the score is above
-    `soft_threshold`.
+    Records are read, converted and written to Arrow one at a time (`num_proc` worker processes convert them when
+    above 1), so memory does not grow with the input; the chains are saved under `out_dir` only once every record
+    has been read. Steps with a soft label (a score in [0, 1]) and no boolean are correct when the score is above
+    `soft_threshold`. Rejections are listed in the stats (past `REJECTED_INLINE`, in `rejected.jsonl` as well).
     """
     if fmt not in FORMATS:
         raise IngestError(f"unknown format {fmt!r}; choose one of {sorted(FORMATS)}")
@@ -112,6 +183,8 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
         # a score is at most 1, so a threshold of 1 would label every step incorrect
         raise IngestError(f"--soft-threshold must be in [0, 1) (a step is correct when its score is above it), "
                           f"got {soft_threshold!r}")
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise IngestError(f"--num-proc must be a positive number of processes, got {num_proc!r}")
     if os.path.isdir(input_path):
         raise IngestError(f"{input_path} is a folder; --input takes one file (.jsonl, .json or .parquet)")
     if not os.path.isfile(input_path):
@@ -119,50 +192,68 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
     adapter = importlib.import_module(FORMATS[fmt])
     ctx = {"image_root": image_root or adapter.default_image_root(input_path), "input": input_path}
 
-    kept: list[dict] = []
-    rejected: list[dict] = []
-    seen_ids: set[str] = set()
-    notes: Counter = Counter()
-    multi_image: list[str] = []
-    n_in = 0
-    for where, raw in read_records(input_path):
-        n_in += 1
-        try:
-            if isinstance(raw, SchemaError):
-                raise raw
-            chain = validate_chain(adapter.convert(raw, where, ctx), where, ctx["image_root"], soft_threshold)
-            if chain["chain_id"] in seen_ids:
-                raise SchemaError(f"duplicate chain_id {chain['chain_id']!r}", where, "chain_id")
-        except SchemaError as e:
-            if on_error == "fail":
-                raise IngestError(f"{e} (use --on-error skip to skip bad records)") from None
-            rejected.append({"where": e.where or where, "field": e.field, "reason": e.reason})
-            log(f"skipped {e}")
-            continue
-        seen_ids.add(chain["chain_id"])
-        kept.append(chain)
-        chain_notes = labels.label_notes(chain, chain_meta(chain))
-        notes.update(chain_notes)
-        if chain_notes["multi_image_chains"]:
-            multi_image.append(chain["chain_id"])
+    from stepcritic.data_prep.arrow_io import RowWriter, save_dataset, temp_dir_beside
+    from stepcritic.data_prep.schema import features
 
-    assert n_in == len(kept) + len(rejected)  # the accounting invariant, never violated silently
-    if n_in == 0:
-        raise IngestError(f"{input_path}: holds no records (the file is empty)")
-    stats = {
-        "format": fmt, "input": os.path.abspath(input_path), "image_root": ctx["image_root"],
-        "n_records": n_in, "n_chains": len(kept), "n_steps": sum(len(c["steps"]) for c in kept),
-        "n_rejected": len(rejected), "rejected": rejected, "label_counts": label_counts(kept),
-        "label_notes": {k: notes[k] for k in NOTE_KEYS}, "soft_threshold": float(soft_threshold),
-        "multi_image_chains": multi_image,
-    }
-    if hasattr(adapter, "check"):
-        stats.update(adapter.check(kept))
-    if out_dir:
-        if not kept:
-            raise IngestError(f"no valid chains in {input_path} ({len(rejected)} rejected); nothing written")
-        save_chains(kept, out_dir)
-        with open(os.path.join(out_dir, "stats.json"), "w") as f:
-            json.dump(stats, f, indent=2)
-        write_ingest_card(stats, os.path.join(out_dir, "README.md"))
+    with temp_dir_beside(out_dir or os.path.join(tempfile.gettempdir(), "x"), ".ingest-") as tmp:
+        writer = RowWriter(os.path.join(tmp, "chains.arrow"), features())
+        rejected_path = os.path.join(tmp, REJECTED_FILE)
+        seen_ids: set[str] = set()
+        notes: Counter = Counter()
+        counts = LabelCounts()
+        multi_image: list[str] = []
+        n_in = n_rejected = n_steps = 0
+        first_rejected: list[dict] = []
+        with open(rejected_path, "w", encoding="utf-8") as rejected_file:
+            for where, chain in _converted(fmt, adapter, read_records(input_path), ctx, soft_threshold, num_proc):
+                n_in += 1
+                if not isinstance(chain, SchemaError) and chain["chain_id"] in seen_ids:
+                    chain = SchemaError(f"duplicate chain_id {chain['chain_id']!r}", where, "chain_id")
+                if isinstance(chain, SchemaError):
+                    if on_error == "fail":
+                        raise IngestError(f"{chain} (use --on-error skip to skip bad records)") from None
+                    entry = {"where": chain.where or where, "field": chain.field, "reason": chain.reason}
+                    rejected_file.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                    n_rejected += 1
+                    if len(first_rejected) < REJECTED_INLINE:
+                        first_rejected.append(entry)
+                    log(f"skipped {chain}")
+                    continue
+                seen_ids.add(chain["chain_id"])
+                writer.add(chain)
+                n_steps += len(chain["steps"])
+                counts.add(chain)
+                chain_notes = labels.label_notes(chain, chain_meta(chain))
+                notes.update(chain_notes)
+                if chain_notes["multi_image_chains"]:
+                    multi_image.append(chain["chain_id"])
+        dataset = writer.close()
+
+        assert n_in == len(dataset) + n_rejected  # the accounting invariant, never violated silently
+        if n_in == 0:
+            raise IngestError(f"{input_path}: holds no records (the file is empty)")
+        stats = {
+            "format": fmt, "input": os.path.abspath(input_path), "image_root": ctx["image_root"],
+            "n_records": n_in, "n_chains": len(dataset), "n_steps": n_steps,
+            "n_rejected": n_rejected, "rejected": first_rejected, "label_counts": counts.result(),
+            "label_notes": {k: notes[k] for k in NOTE_KEYS}, "soft_threshold": float(soft_threshold),
+            "multi_image_chains": multi_image,
+        }
+        if n_rejected > REJECTED_INLINE:
+            stats["rejected_file"] = REJECTED_FILE
+            if not out_dir:  # no folder to list them in: the caller gets them all
+                with open(rejected_path, encoding="utf-8") as f:
+                    stats["rejected"] = [json.loads(line) for line in f]
+        if hasattr(adapter, "check"):  # a second pass over the written chains, images left out
+            stats.update(adapter.check(dataset.remove_columns("image")))
+        if out_dir:
+            if not len(dataset):
+                raise IngestError(f"no valid chains in {input_path} ({n_rejected} rejected); nothing written")
+            save_dataset(dataset, out_dir)
+            if n_rejected > REJECTED_INLINE:
+                shutil.copyfile(rejected_path, os.path.join(out_dir, REJECTED_FILE))
+            with open(os.path.join(out_dir, "stats.json"), "w") as f:
+                json.dump(stats, f, indent=2)
+            write_ingest_card(stats, os.path.join(out_dir, "README.md"))
+        del dataset  # the memory map of the temporary file, before the folder is removed
     return stats

@@ -16,7 +16,7 @@ import hashlib
 import io
 import json
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from stepcritic.data_prep.labels import RATINGS, SOFT_THRESHOLD, soft_correct
 from stepcritic.errors import UserError
@@ -332,14 +332,29 @@ def features():
     })
 
 
-def save_chains(chains: list[dict], out_dir: str):
-    """Save validated chains as a self-contained dataset (`datasets.load_from_disk` reads it back)."""
-    from datasets import Dataset
+def save_chains(chains: Iterable[dict], out_dir: str):
+    """Save validated chains as a self-contained dataset (`datasets.load_from_disk` reads it back) and return it.
 
-    check_unique_ids(chains)
-    ds = Dataset.from_list(chains, features=features())
-    ds.save_to_disk(out_dir)
-    return ds
+    `chains` may be any iterable (a generator from ingest or synth): they are written to Arrow as they come, in
+    batches bounded in bytes, so memory does not grow with their number (only their ids are remembered, to refuse
+    a duplicate).
+    """
+    from datasets import load_from_disk
+
+    from stepcritic.data_prep.arrow_io import RowWriter, save_dataset, temp_dir_beside
+
+    seen: set[str] = set()
+    with temp_dir_beside(out_dir, ".chains-") as tmp:
+        writer = RowWriter(os.path.join(tmp, "chains.arrow"), features())
+        for c in chains:
+            if c["chain_id"] in seen:
+                raise SchemaError("duplicate chain_id", c["chain_id"], "chain_id")
+            seen.add(c["chain_id"])
+            writer.add(c)
+        dataset = writer.close()
+        save_dataset(dataset, out_dir)
+        del dataset  # the memory map of the temporary file, before the folder is removed
+    return load_from_disk(out_dir)
 
 
 # a saved chains dataset must have these columns (validate_chain requires them of every record)
@@ -358,8 +373,9 @@ def _built_kind(path: str) -> str | None:
         return "?"
 
 
-def _read_jsonl_chains(path: str) -> list[dict]:
-    recs = []
+def iter_jsonl_chains(path: str) -> Iterator[dict]:
+    """Validated chains of a canonical .jsonl file, one at a time (SchemaError naming file:line on a bad one)."""
+    n = 0
     try:
         with open(path, encoding="utf-8") as f:
             for i, line in enumerate(f, 1):
@@ -369,12 +385,37 @@ def _read_jsonl_chains(path: str) -> list[dict]:
                     raw = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise SchemaError(f"malformed JSON line ({e.msg} at column {e.colno})", f"{path}:{i}") from None
-                recs.append(validate_chain(raw, f"{path}:{i}", os.path.dirname(path)))
+                n += 1
+                yield validate_chain(raw, f"{path}:{i}", os.path.dirname(path))
     except UnicodeDecodeError as e:
         raise SchemaError(f"not a UTF-8 text file ({e.reason} at byte {e.start})", path) from None
-    if not recs:
+    if not n:
         raise SchemaError("holds no chains (the file is empty)", path)
-    return recs
+
+
+def _jsonl_dataset(path: str):
+    """A canonical .jsonl file as a memory-mapped Dataset, written to Arrow chain by chain (`datasets`' generator
+    builder; its cache is keyed on the file's path, size and modification time, so an edited file is read again)."""
+    from datasets import Dataset
+
+    st = os.stat(path)
+    try:
+        return Dataset.from_generator(_jsonl_generator, features=features(),
+                                      gen_kwargs={"path": os.path.abspath(path), "size": st.st_size,
+                                                  "mtime_ns": st.st_mtime_ns},
+                                      writer_batch_size=100)  # rows carry images: keep each written batch small
+    except Exception as e:  # datasets wraps what the generator raises; give back our one-line error
+        cause = e
+        while cause is not None and not isinstance(cause, SchemaError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise cause from None
+
+
+def _jsonl_generator(path: str, size: int, mtime_ns: int):
+    """`Dataset.from_generator`'s generator: size and mtime only key the cache."""
+    yield from iter_jsonl_chains(path)
 
 
 def load_chains(path: str, decode_images: bool = True):
@@ -383,13 +424,13 @@ def load_chains(path: str, decode_images: bool = True):
     Anything else (a missing path, a dataset built by `stepcritic data build`, a folder or file that is not a
     chains dataset, an empty file, a dataset without the chain columns) raises `SchemaError` naming the path.
     """
-    from datasets import Dataset, Image, load_from_disk
+    from datasets import Image, load_from_disk
 
     if os.path.isfile(path):
         if not path.endswith((".jsonl", ".json")):
             raise SchemaError(f"not a chains dataset (expected {CHAINS_HINT}; convert other files with "
                               "`stepcritic data ingest`)", path)
-        ds = Dataset.from_list(_read_jsonl_chains(path), features=features())
+        ds = _jsonl_dataset(path)
     else:
         if not os.path.isdir(path):
             raise SchemaError(f"no chains dataset here (expected {CHAINS_HINT})", path)

@@ -663,18 +663,24 @@ def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question:
     a per-template chance (`OWN_FAULT_RATES`, about 0.3 on average); `error_rate` rescales those
     chances to that mean (0 gives only clean chains). Group g depends only on (seed, g), so a
     smaller `n` gives a prefix of a larger one. `level` picks the scenes' clutter and the question mix
-    (`LEVELS`: "standard", the default dataset, or "easy").
+    (`LEVELS`: "standard", the default dataset, or "easy"). `iter_synthesize` yields the same chains one by one.
     """
+    return list(iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level))
+
+
+def iter_synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question: int = 3,
+                    error_rate: float | None = None, level: str = "standard"):
+    """The chains of `synthesize`, one at a time (a group's chains one after another), holding none of them."""
     check_options(n, image_size, level, chains_per_question)
     scale = 1.0 if error_rate is None else error_rate / NOMINAL_FAULT_RATE
-    chains: list[dict] = []
+    made = 0
     for group in range(math.ceil(n / chains_per_question)):
         rng = random.Random(f"stepcritic-synth/{seed}/{group}")
         question = sample_question(rng, LEVELS[level])
         image = {"bytes": render_png(question.items, image_size), "path": None}
         clean_reference = rng.randrange(chains_per_question) if chains_per_question > 1 else None
         for k in range(chains_per_question):
-            if len(chains) == n:
+            if made == n:
                 break
             steps, notes, final = _chain_steps(question, rng, 0.0 if k == clean_reference else scale)
             chain_id = f"synth-s{seed}-g{group:06d}-c{k}"
@@ -684,31 +690,81 @@ def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question:
                 "answer_correct": str(final) == question.reference, "category": question.category,
                 "steps": steps, "meta": _chain_meta(question, notes, steps, seed, group, image_size, level),
             }
-            chains.append(schema.validate_chain(record, where=chain_id))
-    return chains
+            made += 1
+            yield schema.validate_chain(record, where=chain_id)
+
+
+class LabelStats:
+    """`label_stats` added up one chain at a time. A group's chains must come one after another (as `synthesize`
+    makes them): only the current group is held, for `group_stats`."""
+
+    def __init__(self):
+        self.chains = self.steps = self.incorrect = self.fully_correct = self.answers_correct = 0
+        self.irrelevant = self.uninformative = self.propagated = self.independent = 0
+        self.counters = {name: Counter() for name in ("step_types", "categories", "question_types",
+                                                      "description_errors", "logic_errors")}
+        self.groups: set[str] = set()
+        self.group_counts = Counter()
+        self._group: list[dict] = []
+
+    def add(self, c: dict) -> None:
+        meta = schema.chain_meta(c)
+        self.chains += 1
+        self.fully_correct += bool(c["chain_correct"])
+        self.answers_correct += bool(c["answer_correct"])
+        self.counters["categories"][c["category"]] += 1
+        self.counters["question_types"][meta["question_type"]] += 1
+        self.propagated += sum(f == "propagated" for f in meta["step_faults"])
+        self.independent += bool(meta["independent_after_error"])
+        for s in c["steps"]:
+            self.steps += 1
+            self.incorrect += s["correct"] is False
+            self.counters["step_types"][s["type"]] += 1
+            self.counters["description_errors"].update(s["description_errors"])
+            if s["logic_error"]:
+                self.counters["logic_errors"][s["logic_error"]] += 1
+            self.irrelevant += s["description_relevance"] in ("image", "none")
+            self.uninformative += s["informative"] is False
+        if self._group and self._group[0]["group_id"] != c["group_id"]:
+            self._close_group()
+        if c["group_id"] in self.groups and not self._group:
+            raise ValueError(f"{c['chain_id']}: group {c['group_id']} seen before; LabelStats needs a group's "
+                             "chains together (use label_stats)")
+        self.groups.add(c["group_id"])
+        # group_stats reads only these fields: keep them, not the steps' labels or the image
+        self._group.append({"group_id": c["group_id"], "final_answer": c["final_answer"],
+                            "chain_correct": c["chain_correct"], "steps": [{"text": s["text"]} for s in c["steps"]]})
+
+    def _close_group(self) -> None:
+        self.group_counts.update(group_stats(self._group))
+        self._group = []
+
+    def result(self) -> dict:
+        self._close_group()
+        return {
+            "chains": self.chains, "groups": len(self.groups), "steps": self.steps,
+            "steps_incorrect": self.incorrect, "step_error_rate": round(self.incorrect / max(self.steps, 1), 4),
+            "chains_fully_correct": self.fully_correct, "answers_correct": self.answers_correct,
+            **{name: dict(counter) for name, counter in self.counters.items()},
+            "irrelevant": self.irrelevant, "uninformative": self.uninformative, "propagated": self.propagated,
+            "chains_independent_after_error": self.independent,
+            **{key: self.group_counts[key] for key in GROUP_STATS},
+        }
 
 
 def label_stats(chains: list[dict]) -> dict:
     """Counts of labels and injected faults, for the CLI report and for checking the mix."""
-    steps = [s for c in chains for s in c["steps"]]
-    metas = [schema.chain_meta(c) for c in chains]
-    incorrect = sum(s["correct"] is False for s in steps)
-    return {
-        "chains": len(chains), "groups": len({c["group_id"] for c in chains}), "steps": len(steps),
-        "steps_incorrect": incorrect, "step_error_rate": round(incorrect / max(len(steps), 1), 4),
-        "chains_fully_correct": sum(bool(c["chain_correct"]) for c in chains),
-        "answers_correct": sum(bool(c["answer_correct"]) for c in chains),
-        "step_types": dict(Counter(s["type"] for s in steps)),
-        "categories": dict(Counter(c["category"] for c in chains)),
-        "question_types": dict(Counter(m["question_type"] for m in metas)),
-        "description_errors": dict(Counter(e for s in steps for e in s["description_errors"])),
-        "logic_errors": dict(Counter(s["logic_error"] for s in steps if s["logic_error"])),
-        "irrelevant": sum(s["description_relevance"] in ("image", "none") for s in steps),
-        "uninformative": sum(s["informative"] is False for s in steps),
-        "propagated": sum(f == "propagated" for m in metas for f in m["step_faults"]),
-        "chains_independent_after_error": sum(m["independent_after_error"] for m in metas),
-        **group_stats(chains),
-    }
+    totals = LabelStats()
+    groups: dict[str, list[dict]] = {}
+    for c in chains:  # LabelStats wants each group's chains together
+        groups.setdefault(c["group_id"], []).append(c)
+    for group in groups.values():
+        for c in group:
+            totals.add(c)
+    return totals.result()
+
+
+GROUP_STATS = ("groups_with_several_chains", "groups_identical_chains", "groups_without_faulty_chain")
 
 
 def group_stats(chains: list[dict]) -> dict:
@@ -733,12 +789,17 @@ def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, ch
                        error_rate: float | None = None, level: str = "standard") -> dict:
     """Generate, validate and save `n` chains with `schema.save_chains`, with `stats.json` (`label_stats` and
     the options) and a dataset card (README.md) next to them; returns the stats plus `out_dir`."""
-    chains = synthesize(n, seed=seed, image_size=image_size, chains_per_question=chains_per_question,
-                        error_rate=error_rate, level=level)
-    schema.save_chains(chains, out_dir)
+    counts = LabelStats()
+
+    def counted():
+        for chain in iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level):
+            counts.add(chain)
+            yield chain
+
+    schema.save_chains(counted(), out_dir)  # written as they are made: memory does not grow with n
     stats = {"generator": "stepcritic.data_prep.synth", "n": n, "seed": seed, "image_size": image_size,
              "chains_per_question": chains_per_question, "error_rate": error_rate, "level": level,
-             **label_stats(chains)}
+             **counts.result()}
     with open(os.path.join(out_dir, STATS_FILE), "w") as f:
         json.dump(stats, f, indent=2, sort_keys=True)
     write_synth_card(stats, os.path.join(out_dir, "README.md"))

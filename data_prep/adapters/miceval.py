@@ -107,11 +107,15 @@ def convert(raw: dict, where: str, ctx: dict) -> dict:
     }
 
 
-def check(chains: list[dict]) -> dict:
-    """Agreement of step-derived chain correctness with the file's own `cot_fully_correct` label."""
+def check(chains) -> dict:
+    """Agreement of step-derived chain correctness with the file's own `cot_fully_correct` label (one pass over
+    any iterable of chains)."""
     import json
 
-    disagree = [c["chain_id"] for c in chains
-                if YES_NO.get(json.loads(c["meta"]).get("cot_fully_correct")) != c["chain_correct"]]
-    return {"chain_label_check": {"field": "cot_fully_correct", "agree": len(chains) - len(disagree),
+    n, disagree = 0, []
+    for c in chains:
+        n += 1
+        if YES_NO.get(json.loads(c["meta"]).get("cot_fully_correct")) != c["chain_correct"]:
+            disagree.append(c["chain_id"])
+    return {"chain_label_check": {"field": "cot_fully_correct", "agree": n - len(disagree),
                                   "disagree": len(disagree), "disagreeing_chains": disagree}}
