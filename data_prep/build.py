@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
 
-from stepcritic.data_prep import critique, labels, pairs, prompts, schema
+from stepcritic.data_prep import build_rows, critique, labels, pairs, prompts, schema
+from stepcritic.data_prep.arrow_io import RowWriter, save_files, temp_dir_beside
+from stepcritic.data_prep.build_rows import BUILDERS, features  # noqa: F401 (the builders and columns, by kind)
 from stepcritic.data_prep.contract import KIND_NAMES as KINDS
 from stepcritic.data_prep.contract import KINDS as KIND_SPECS
 from stepcritic.data_prep.contract import STATS_FILE
@@ -45,270 +44,170 @@ class BuildError(UserError, ValueError):
     """Build options or chains the builder cannot use (unknown kind, bad test fraction, no chains, ...)."""
 
 
-@dataclass
-class _SplitRows:
-    """What one kind produced from one split: rows, chains skipped by reason, label counts, and (critique
-    kinds) how many incorrect steps' target explanations are reference critiques or the placeholder."""
-
-    rows: list = field(default_factory=list)
-    skipped: Counter = field(default_factory=Counter)
-    labels: Counter = field(default_factory=Counter)
-    explanations: Counter = field(default_factory=Counter)
-    n_rows: int = 0  # rows written so far (streamed kinds hand their rows to the writer batch by batch)
-
-
 # ----------------------------------------------------------------------------- input
 
-def _canonical_chains(chains) -> list[dict]:
-    """Validate a chains `datasets.Dataset` or a list of chain dicts (images kept as encoded bytes)."""
+CHAIN_BATCH = 64  # chains validated and turned into rows at a time (rows are written in byte-bounded batches)
+
+
+def _as_chains_dataset(chains, tmp: str):
+    """The chains as a memory-mapped Dataset whose every row has a group id, images left encoded.
+
+    A saved chains dataset is used as it is; a list of chain dicts, or a dataset with rows lacking a group id
+    (validation derives it from the image), is validated and written to Arrow under `tmp` first, in bounded batches.
+    """
     from datasets import Dataset, Image
 
     if isinstance(chains, Dataset):
-        if "image" in chains.column_names:  # skip decoding: rows only need the encoded bytes
+        if "image" in chains.column_names:  # rows only need the encoded bytes
             chains = chains.cast_column("image", Image(decode=False))
-        records = chains.to_list()
+        if {"chain_id", "group_id"} <= set(chains.column_names) and all(chains.data.column("group_id").to_pylist()):
+            return chains
+        records = (dict(zip(batch, values)) for batch in chains.iter(batch_size=CHAIN_BATCH)
+                   for values in zip(*batch.values()))
     elif isinstance(chains, (list, tuple)):
-        records = list(chains)
+        records = iter(chains)
     else:
         raise TypeError(f"chains must be a datasets.Dataset or a list of chain dicts, got {type(chains).__name__}")
-    validated = []
+    writer = RowWriter(os.path.join(tmp, "chains.arrow"), schema.features())
     for i, record in enumerate(records):
         where = record.get("chain_id") if isinstance(record, dict) and record.get("chain_id") else f"chains[{i}]"
-        validated.append(schema.validate_chain(record, where=str(where)))
-    schema.check_unique_ids(validated)
-    return validated
+        writer.add(schema.validate_chain(record, where=str(where)))
+    return writer.close().cast_column("image", Image(decode=False))
 
 
-def _critique_skip_reason(chain: dict) -> str | None:
-    open_steps = [s for s in chain["steps"] if s["correct"] is None]
-    if open_steps:
-        return "neutral_step" if all(labels.is_neutral(s) for s in open_steps) else "unknown_step_label"
-    if chain.get("answer_correct") is None:
-        return "unknown_answer_label"
-    return None
+def _records(batch: dict):
+    return (dict(zip(batch, values)) for values in zip(*batch.values()))
 
 
-def _count_explanations(chain: dict, out: _SplitRows) -> None:
-    """The gold critique explains each incorrect step with its first reference critique, or a placeholder."""
-    for s in chain["steps"]:
-        if s["correct"] is False:
-            out.explanations["reference" if s.get("explanations") else "placeholder"] += 1
+class _Reader:
+    """Validated chains of the input, with `--neutral` applied, counted once (sources, neutral steps)."""
+
+    def __init__(self, chains, neutral: str):
+        self.chains, self.neutral = chains, neutral
+        self.n_in, self.n_neutral, self.sources = 0, 0, Counter()
+
+    def validated(self, record: dict, count: bool) -> dict:
+        chain = schema.validate_chain(record, where=str(record.get("chain_id") or f"chains[{self.n_in}]"))
+        if count:
+            self.n_in += 1
+            self.n_neutral += sum(map(labels.is_neutral, chain["steps"]))
+            self.sources[chain["source"]] += 1
+        return labels.resolve_neutral(chain, self.neutral)
+
+    def batches(self, count: bool = True, dataset=None):
+        """Lists of validated chains, `CHAIN_BATCH` at a time, in the dataset's order."""
+        for batch in (dataset or self.chains).iter(batch_size=CHAIN_BATCH):
+            yield [self.validated(record, count) for record in _records(batch)]
+
+    def labels_only(self):
+        """Every validated chain without reading an image: label passes of the kinds planned over a whole split.
+        Validation is given a one-pixel stand-in (group ids are already there; rows are never made from these)."""
+        columns = [c for c in self.chains.column_names if c != "image"]
+        for batch in self.chains.select_columns(columns).iter(batch_size=1000):
+            for record in _records(batch):
+                yield self.validated(dict(record, image=_stand_in_image()), count=False)
 
 
-def _ids(chain: dict) -> dict:
-    return {"images": [chain["image"]], "chain_id": chain["chain_id"], "group_id": chain["group_id"]}
+_STAND_IN: dict = {}
 
 
-# ----------------------------------------------------------------------------- one function per kind
+def _stand_in_image() -> dict:
+    if not _STAND_IN:
+        import io
 
-def _critique_sft(chains, template, out: _SplitRows, **_) -> None:
-    for chain in chains:
-        reason = _critique_skip_reason(chain)
-        if reason:
-            out.skipped[reason] += 1
-            continue
-        messages = prompts.critique_messages(chain, template) + [prompts.assistant_turn(prompts.critique_target(chain))]
-        out.rows.append({"messages": messages, **_ids(chain)})
-        out.labels.update(f"step/{'correct' if s['correct'] else 'incorrect'}" for s in chain["steps"])
-        out.labels[f"answer/{'correct' if chain['answer_correct'] else 'incorrect'}"] += 1
-        _count_explanations(chain, out)
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.new("RGB", (1, 1)).save(buf, format="PNG")
+        _STAND_IN.update(bytes=buf.getvalue(), path=None)
+    return _STAND_IN
 
 
-def _verifier_sft(chains, template, out: _SplitRows, **_) -> None:
-    for chain in chains:
-        n_rows = len(out.rows)
-        for task in prompts.VERIFIER_TASKS:
-            indices = [None] if task in prompts.CHAIN_LEVEL_TASKS else range(len(chain["steps"]))
-            for index in indices:
-                label = prompts.verifier_target(task, chain, index)
-                if label is None:
-                    continue
-                messages = prompts.verifier_messages(task, chain, index, template) + [prompts.assistant_turn(label)]
-                out.rows.append({"messages": messages, "task": task, "label": label, "step_index": index,
-                                 **_ids(chain)})
-                out.labels[f"{task}/{label}"] += 1
-        if len(out.rows) == n_rows:
-            out.skipped["no_verifier_labels"] += 1
+# ----------------------------------------------------------------------------- the build, streamed
+
+def _split_groups(chains, test_fraction: float, seed: int) -> tuple[dict, set]:
+    """The held-out groups (from the id columns alone) and the split summary for the stats."""
+    chain_ids = chains.data.column("chain_id").to_pylist()
+    group_ids = chains.data.column("group_id").to_pylist()
+    schema.check_unique_ids({"chain_id": c} for c in chain_ids if c)
+    split = split_by_group([{"group_id": g} for g in group_ids], test_fraction, seed)
+    held_out = {r["group_id"] for r in split[HELD_OUT]}
+    return {"groups": {s: len({r["group_id"] for r in split[s]}) for s in SPLITS},
+            "chains": {s: len(split[s]) for s in SPLITS}}, held_out
 
 
-def _prm_sft(chains, template, out: _SplitRows, step_targets: str = "hard", prm_notes: bool = False, **_) -> None:
-    for chain in chains:
-        if any(s["correct"] is None and not labels.is_neutral(s) for s in chain["steps"]):
-            out.skipped["unknown_step_label"] += 1
-            continue
-        if prm_notes and any(prompts.prm_note(s) is None for s in chain["steps"]):
-            out.skipped["no_note"] += 1  # an incorrect step with neither a correction nor an explanation
-            continue
-        targets = labels.step_targets(chain, step_targets)
-        # A neutral step left open gets the scorer's placeholder judgement: its target is null, so the collator
-        # takes it out of the loss, and the input never shows a judgement anyway (`train.prm`).
-        shown = dict(chain, steps=[dict(s, correct=True) if labels.is_neutral(s) else s for s in chain["steps"]])
-        out.rows.append({"messages": prompts.prm_messages(shown, template, notes=prm_notes), "step_targets": targets,
-                         **_ids(chain)})
-        out.labels.update("neutral" if labels.is_neutral(s) else prompts.PRM_POSITIVE if s["correct"]
-                          else prompts.PRM_NEGATIVE for s in chain["steps"])
-        if step_targets == "soft":
-            out.labels["soft target"] += sum(t is not None and 0 < t < 1 for t in targets)
+def _whole_split_context(kind: str, reader: _Reader, held_out: set, mix: dict | None, seed: int) -> dict:
+    """What critique-pref needs of each whole split before its first row: the explanation pool, then each usable
+    chain's applicable corruptions and the plan realising the mix (two label passes, no image read)."""
+    if kind != "critique-pref":
+        return {s: {} for s in SPLITS}
+    split_of = lambda chain: HELD_OUT if chain["group_id"] in held_out else TRAIN  # noqa: E731
+    pools = {s: pairs.ExplanationPool() for s in SPLITS}
+    for chain in reader.labels_only():
+        pools[split_of(chain)].add(chain)
+    options: dict[str, dict] = {s: {} for s in SPLITS}
+    for chain in reader.labels_only():
+        if build_rows._critique_skip_reason(chain) is None:
+            split = split_of(chain)
+            options[split][chain["chain_id"]] = tuple(pairs.applicable(chain, mix, pools[split]))
+    return {s: {"pool": pools[s], "plan": pairs.plan_from_options(options[s], mix, seed)} for s in SPLITS}
 
 
-def _critique_pref(chains, template, out: _SplitRows, seed: int, pref_mix: dict, **_) -> None:
-    pool = pairs.ExplanationPool(chains)
-    usable = []
-    for chain in chains:
-        reason = _critique_skip_reason(chain)
-        if reason:
-            out.skipped[reason] += 1
-        else:
-            usable.append(chain)
-    # Which corruption each chain gets is planned over the split, so the realised mix is the requested one
-    # (chains over the quota are skipped and counted); the plan and each corruption's choices are seeded.
-    plan = pairs.plan_corruptions(usable, pref_mix, pool, seed)
-    for chain in usable:
-        corruption = plan[chain["chain_id"]]
-        if corruption in (pairs.NO_CORRUPTION, pairs.OVER_QUOTA):
-            out.skipped[corruption] += 1
-            continue
-        rejected = pairs.apply_corruption(chain, corruption, pool, random.Random(f"{seed}:{chain['chain_id']}"))
-        _count_explanations(chain, out)
-        out.rows.append({
-            "prompt": prompts.critique_messages(chain, template),
-            "chosen": [prompts.assistant_turn(prompts.critique_target(chain))],
-            "rejected": [prompts.assistant_turn(critique.format_critique(rejected))],
-            "corruption": corruption, **_ids(chain),
-        })
-        out.labels[corruption] += 1
+def _by_group(chains, held_out: set):
+    """The chains reordered so each split's groups come whole, in order of first appearance within the split
+    (outcome-rm pairs chains within a group; its rows come out in the order a whole-split build gives)."""
+    order: dict[str, dict[str, list[int]]] = {s: {} for s in SPLITS}
+    for i, group in enumerate(chains.data.column("group_id").to_pylist()):
+        order[HELD_OUT if group in held_out else TRAIN].setdefault(group, []).append(i)
+    return chains.select([i for s in SPLITS for indices in order[s].values() for i in indices])
 
 
-def _outcome_rm(chains, template, out: _SplitRows, **_) -> None:
-    known = [c for c in chains if c["chain_correct"] is not None]
-    out.skipped["unknown_chain_label"] += len(chains) - len(known)
-    chain_pairs, unpaired = pairs.outcome_pairs(known)
-    out.skipped["no_contrast_in_group"] += len(unpaired)
-    for good, bad in chain_pairs:
-        prompt, chosen = prompts.outcome_messages(good, template)
-        _, rejected = prompts.outcome_messages(bad, template)
-        out.rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "images": [good["image"]],
-                         "chosen_chain_id": good["chain_id"], "rejected_chain_id": bad["chain_id"],
-                         "group_id": good["group_id"]})
-    out.labels["chosen_chains"] = len({g["chain_id"] for g, _ in chain_pairs})
-    out.labels["rejected_chains"] = len({b["chain_id"] for _, b in chain_pairs})
+def _group_batches(batches):
+    """Batches of whole groups from batches of chains sorted by group."""
+    pending: list[dict] = []
+    for batch in batches:
+        for chain in batch:
+            if len(pending) >= CHAIN_BATCH and pending[-1]["group_id"] != chain["group_id"]:
+                yield pending
+                pending = []
+            pending.append(chain)
+    if pending:
+        yield pending
 
 
-BUILDERS = {"critique-sft": _critique_sft, "verifier-sft": _verifier_sft, "prm-sft": _prm_sft,
-            "critique-pref": _critique_pref, "outcome-rm": _outcome_rm}
-
-
-def features(kind: str):
-    """The `datasets.Features` of a built dataset of `kind` (messages in TRL's vision format)."""
-    from datasets import Features, Image, List, Value
-
-    part = {"type": Value("string"), "text": Value("string")}
-    messages = List({"role": Value("string"), "content": List(part)})
-    ids = {"images": List(Image()), "chain_id": Value("string"), "group_id": Value("string")}
-    columns = {
-        "critique-sft": {"messages": messages, **ids},
-        "verifier-sft": {"messages": messages, "task": Value("string"), "label": Value("string"),
-                         "step_index": Value("int32"), **ids},
-        "prm-sft": {"messages": messages, "step_targets": List(Value("float32")), **ids},
-        "critique-pref": {"prompt": messages, "chosen": messages, "rejected": messages,
-                          "corruption": Value("string"), **ids},
-        "outcome-rm": {"prompt": messages, "chosen": messages, "rejected": messages, "images": List(Image()),
-                       "chosen_chain_id": Value("string"), "rejected_chain_id": Value("string"),
-                       "group_id": Value("string")},
-    }
-    return Features(columns[kind])
-
-
-# ----------------------------------------------------------------------------- entry point
-
-# Kinds whose rows for a chain depend on that chain alone: built as a stream of batches written to Arrow files,
-# so memory does not grow with the number of chains (critique-pref plans its mix and outcome-rm pairs chains
-# over a whole split, so they still hold their chains).
-STREAMED_KINDS = ("critique-sft", "verifier-sft", "prm-sft")
-STREAM_BATCH = 256  # chains per batch
-
-
-def _streamable(chains, kind: str) -> bool:
-    from datasets import Dataset
-
-    return (kind in STREAMED_KINDS and isinstance(chains, Dataset)
-            and {"chain_id", "group_id"} <= set(chains.column_names))
-
-
-def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, tmp: str, step_labels: dict):
-    """Build a streamed kind batch by batch into Arrow files under `tmp`; None when the chains lack group ids
-    (they are derived from the image in validation: the in-memory path does that)."""
-    from datasets import Dataset, DatasetDict, Image
-    from datasets.arrow_writer import ArrowWriter
-
-    ids = chains.select_columns(["chain_id", "group_id"]).to_list()  # two short strings per chain
-    if not ids:
+def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, tmp: str, step_labels: dict,
+                  mix: dict | None):
+    """Build `kind` batch by batch into one Arrow file per split under `tmp`; memory holds one batch of chains
+    and rows (and ids), never the whole input."""
+    chains = _as_chains_dataset(chains, tmp)
+    if len(chains) == 0:
         raise BuildError("no chains to build from")
-    if not all(r["group_id"] for r in ids):
-        return None
-    schema.check_unique_ids(r for r in ids if r["chain_id"])
-    split_ids = split_by_group(ids, test_fraction, seed)
-    held_out = {r["group_id"] for r in split_ids[HELD_OUT]}
-    if "image" in chains.column_names:  # rows only need the encoded bytes
-        chains = chains.cast_column("image", Image(decode=False))
-    columns = features(kind)
-    paths = {s: os.path.join(tmp, f"{s}.arrow") for s in SPLITS}
-    writers = {s: ArrowWriter(features=columns, path=paths[s]) for s in SPLITS}
-    produced = {s: _SplitRows() for s in SPLITS}
-    sources: Counter = Counter()
-    n_in = n_neutral = 0
-    for batch in chains.iter(batch_size=STREAM_BATCH):
+    split_info, held_out = _split_groups(chains, test_fraction, seed)
+    reader = _Reader(chains, step_labels["neutral"])
+    context = _whole_split_context(kind, reader, held_out, mix, seed)
+    columns = build_rows.features(kind)
+    writers = {s: RowWriter(os.path.join(tmp, f"{s}.arrow"), columns) for s in SPLITS}
+    produced = {s: build_rows._SplitRows() for s in SPLITS}
+    batches = reader.batches()
+    if kind == "outcome-rm":
+        batches = _group_batches(reader.batches(dataset=_by_group(chains, held_out)))
+    for batch in batches:
         by_split: dict[str, list] = {s: [] for s in SPLITS}
-        for values in zip(*batch.values()):
-            record = dict(zip(batch, values))
-            chain = schema.validate_chain(record, where=str(record.get("chain_id") or f"chains[{n_in}]"))
-            n_neutral += sum(map(labels.is_neutral, chain["steps"]))
-            chain = labels.resolve_neutral(chain, step_labels["neutral"])
+        for chain in batch:
             by_split[HELD_OUT if chain["group_id"] in held_out else TRAIN].append(chain)
-            sources[chain["source"]] += 1
-            n_in += 1
         for s in SPLITS:
+            if not by_split[s]:
+                continue
             out = produced[s]
-            BUILDERS[kind](by_split[s], template, out, **step_labels)
-            if out.rows:
-                writers[s].write_batch(columns.encode_batch({k: [r.get(k) for r in out.rows] for k in columns}))
-                out.n_rows += len(out.rows)
-                out.rows.clear()
-    for writer in writers.values():
-        writer.finalize()
-        writer.close()
-    dataset = DatasetDict({s: Dataset.from_file(paths[s]) for s in SPLITS})
-    return dataset, produced, _split_info(n_in, sources, split_ids, n_neutral)
-
-
-def _memory_build(chains, kind: str, template, test_fraction: float, seed: int, mix: dict | None, step_labels: dict):
-    """Build any kind with every chain in memory (critique-pref and outcome-rm plan over a whole split)."""
-    from datasets import Dataset, DatasetDict
-
-    records = _canonical_chains(chains)
-    if not records:
-        raise BuildError("no chains to build from")
-    n_neutral = sum(labels.is_neutral(s) for c in records for s in c["steps"])
-    records = [labels.resolve_neutral(c, step_labels["neutral"]) for c in records]
-    split_chains = split_by_group(records, test_fraction, seed)
-    produced = {}
-    for split in SPLITS:
-        produced[split] = _SplitRows()
-        BUILDERS[kind](split_chains[split], template, produced[split], seed=seed, pref_mix=mix, **step_labels)
-        produced[split].n_rows = len(produced[split].rows)
-    columns = features(kind)
-    # from_list([]) would yield a table without columns, which load_from_disk then rejects.
-    dataset = DatasetDict({split: Dataset.from_list(produced[split].rows, features=columns) if produced[split].rows
-                           else Dataset.from_dict({name: [] for name in columns}, features=columns)
-                           for split in SPLITS})
-    return dataset, produced, _split_info(len(records), Counter(c["source"] for c in records), split_chains, n_neutral)
-
-
-def _split_info(n_in: int, sources: Counter, split_chains: dict, n_neutral: int) -> dict:
-    """Chains read, their sources, neutral steps, and the groups and chains of each split (records with a group_id)."""
-    return {"chains_in": n_in, "sources": sources, "neutral_steps": n_neutral,
-            "groups": {s: len({c["group_id"] for c in split_chains[s]}) for s in SPLITS},
-            "chains": {s: len(split_chains[s]) for s in SPLITS}}
+            BUILDERS[kind](by_split[s], template, out, seed=seed, pref_mix=mix, **context[s], **step_labels)
+            writers[s].extend(out.rows)
+            out.n_rows += len(out.rows)
+            out.rows.clear()
+    assert reader.n_in == len(chains)  # every chain read once, whatever the order
+    for s in SPLITS:
+        writers[s].close()
+    info = {"chains_in": reader.n_in, "sources": reader.sources, "neutral_steps": reader.n_neutral, **split_info}
+    return writers, produced, info
 
 
 def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts.PromptTemplate | None = None,
@@ -353,14 +252,11 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
     if kind == "prm-sft":
         step_labels["prm_notes"] = prm_notes
     os.makedirs(out_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_dir)), prefix=".build-") as tmp:
-        built = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp, step_labels) \
-            if _streamable(chains, kind) else None
-        dataset, produced, info = built or _memory_build(chains, kind, loaded_template, test_fraction, seed, mix,
-                                                         step_labels)
-        # datasets writes no shard at all for an empty split and then cannot load it back: force one.
-        dataset.save_to_disk(out_dir, num_shards={split: 1 if len(dataset[split]) == 0 else None for split in SPLITS})
-        del dataset  # release the memory-mapped temporary files before they are removed
+    with temp_dir_beside(out_dir, ".build-") as tmp:
+        writers, produced, info = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp, step_labels,
+                                                mix)
+        save_files({s: writers[s].path for s in SPLITS}, writers[TRAIN].features, out_dir,
+                   {s: writers[s].n_rows for s in SPLITS})
 
     skipped = sum((produced[s].skipped for s in SPLITS), Counter())  # Counter addition drops zero counts
     stats = {

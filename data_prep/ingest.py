@@ -192,7 +192,7 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
     adapter = importlib.import_module(FORMATS[fmt])
     ctx = {"image_root": image_root or adapter.default_image_root(input_path), "input": input_path}
 
-    from stepcritic.data_prep.arrow_io import RowWriter, save_dataset, temp_dir_beside
+    from stepcritic.data_prep.arrow_io import RowWriter, save_files, temp_dir_beside
     from stepcritic.data_prep.schema import features
 
     with temp_dir_beside(out_dir or os.path.join(tempfile.gettempdir(), "x"), ".ingest-") as tmp:
@@ -249,7 +249,7 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
         if out_dir:
             if not len(dataset):
                 raise IngestError(f"no valid chains in {input_path} ({n_rejected} rejected); nothing written")
-            save_dataset(dataset, out_dir)
+            save_files(writer.path, writer.features, out_dir, len(dataset))
             if n_rejected > REJECTED_INLINE:
                 shutil.copyfile(rejected_path, os.path.join(out_dir, REJECTED_FILE))
             with open(os.path.join(out_dir, "stats.json"), "w") as f:

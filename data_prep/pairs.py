@@ -47,23 +47,35 @@ class PrefMixError(UserError, ValueError):
 class ExplanationPool:
     """Gold explanations of one split, so a swapped-in explanation always comes from another question."""
 
-    def __init__(self, chains: list[dict]):
+    def __init__(self, chains=()):
         self._groups_by_text: dict[str, set] = {}
+        self._indexed = False
         for chain in chains:
-            for step in chain["steps"]:
-                for text in step.get("explanations") or []:
-                    self._groups_by_text.setdefault(text, set()).add(chain["group_id"])
+            self.add(chain)
+
+    def add(self, chain: dict) -> None:
+        """Take in one more chain's explanations (a streamed build adds a split's chains one at a time)."""
+        for step in chain["steps"]:
+            for text in step.get("explanations") or []:
+                self._groups_by_text.setdefault(text, set()).add(chain["group_id"])
+        self._indexed = False
+
+    def _index(self) -> None:
+        if self._indexed:
+            return
         self._texts = sorted(self._groups_by_text)
         self._texts_by_group: dict[str, list[str]] = {}
         for text in self._texts:
             for group in self._groups_by_text[text]:
                 self._texts_by_group.setdefault(group, []).append(text)
+        self._indexed = True
 
     def _is_unrelated(self, text: str, group_id: str, avoid: str) -> bool:
         return text != avoid and group_id not in self._groups_by_text[text]
 
     def has_unrelated(self, group_id: str, avoid: str) -> bool:
         """Whether `unrelated(group_id, avoid, ...)` finds a text."""
+        self._index()
         others = len(self._texts) - len(self._texts_by_group.get(group_id, ()))
         if others != 1:
             return others > 1
@@ -71,6 +83,7 @@ class ExplanationPool:
 
     def unrelated(self, group_id: str, avoid: str, rng: random.Random) -> str | None:
         """An explanation written for another question (never `avoid`), or None when there is none."""
+        self._index()
         for _ in range(16):  # nearly every text qualifies: a few draws beat scanning all of them
             if not self._texts:
                 return None
@@ -298,7 +311,12 @@ def plan_corruptions(chains: list[dict], mix: dict[str, float], pool: Explanatio
     Which chains take which corruption, and which are left out, follows a seeded order that does not depend on
     the input order.
     """
-    options = {c["chain_id"]: tuple(applicable(c, mix, pool)) for c in chains}
+    return plan_from_options({c["chain_id"]: tuple(applicable(c, mix, pool)) for c in chains}, mix, seed)
+
+
+def plan_from_options(options: dict[str, tuple], mix: dict[str, float], seed: int) -> dict[str, str]:
+    """`plan_corruptions` from each chain's applicable corruptions (chain_id -> sorted names), so a streamed
+    build can compute them in one pass and plan without holding the chains."""
     counts = Counter(o for o in options.values() if o)
     quotas = mix_quotas(counts, mix)
     flow = _max_flow_plan(counts, quotas) or {}

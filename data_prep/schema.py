@@ -341,7 +341,7 @@ def save_chains(chains: Iterable[dict], out_dir: str):
     """
     from datasets import load_from_disk
 
-    from stepcritic.data_prep.arrow_io import RowWriter, save_dataset, temp_dir_beside
+    from stepcritic.data_prep.arrow_io import RowWriter, save_files, temp_dir_beside
 
     seen: set[str] = set()
     with temp_dir_beside(out_dir, ".chains-") as tmp:
@@ -351,9 +351,8 @@ def save_chains(chains: Iterable[dict], out_dir: str):
                 raise SchemaError("duplicate chain_id", c["chain_id"], "chain_id")
             seen.add(c["chain_id"])
             writer.add(c)
-        dataset = writer.close()
-        save_dataset(dataset, out_dir)
-        del dataset  # the memory map of the temporary file, before the folder is removed
+        writer.close()
+        save_files(writer.path, writer.features, out_dir, writer.n_rows)
     return load_from_disk(out_dir)
 
 

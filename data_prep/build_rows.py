@@ -1,0 +1,169 @@
+"""Rows of each built dataset kind from validated chains: one function per kind, and each kind's columns.
+
+`build.py` reads the chains, splits them and hands each split's chains to these functions a batch at a time; a
+function appends rows to `_SplitRows.rows` and counts what it skipped and the labels it wrote. Kinds whose rows
+depend on a whole split (critique-pref's corruption plan, outcome-rm's pairs within a group) take what they need
+of the split from the caller, computed in a labels-only pass (`build.py`), so they too see one batch at a time.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+from stepcritic.data_prep import critique, labels, pairs, prompts
+
+
+@dataclass
+class _SplitRows:
+    """What one kind produced from one split: rows, chains skipped by reason, label counts, and (critique
+    kinds) how many incorrect steps' target explanations are reference critiques or the placeholder."""
+
+    rows: list = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)
+    labels: Counter = field(default_factory=Counter)
+    explanations: Counter = field(default_factory=Counter)
+    n_rows: int = 0  # rows written so far (streamed kinds hand their rows to the writer batch by batch)
+
+
+def _critique_skip_reason(chain: dict) -> str | None:
+    open_steps = [s for s in chain["steps"] if s["correct"] is None]
+    if open_steps:
+        return "neutral_step" if all(labels.is_neutral(s) for s in open_steps) else "unknown_step_label"
+    if chain.get("answer_correct") is None:
+        return "unknown_answer_label"
+    return None
+
+
+def _count_explanations(chain: dict, out: _SplitRows) -> None:
+    """The gold critique explains each incorrect step with its first reference critique, or a placeholder."""
+    for s in chain["steps"]:
+        if s["correct"] is False:
+            out.explanations["reference" if s.get("explanations") else "placeholder"] += 1
+
+
+def _ids(chain: dict) -> dict:
+    return {"images": [chain["image"]], "chain_id": chain["chain_id"], "group_id": chain["group_id"]}
+
+
+# ----------------------------------------------------------------------------- one function per kind
+
+def _critique_sft(chains, template, out: _SplitRows, **_) -> None:
+    for chain in chains:
+        reason = _critique_skip_reason(chain)
+        if reason:
+            out.skipped[reason] += 1
+            continue
+        messages = prompts.critique_messages(chain, template) + [prompts.assistant_turn(prompts.critique_target(chain))]
+        out.rows.append({"messages": messages, **_ids(chain)})
+        out.labels.update(f"step/{'correct' if s['correct'] else 'incorrect'}" for s in chain["steps"])
+        out.labels[f"answer/{'correct' if chain['answer_correct'] else 'incorrect'}"] += 1
+        _count_explanations(chain, out)
+
+
+def _verifier_sft(chains, template, out: _SplitRows, **_) -> None:
+    for chain in chains:
+        n_rows = len(out.rows)
+        for task in prompts.VERIFIER_TASKS:
+            indices = [None] if task in prompts.CHAIN_LEVEL_TASKS else range(len(chain["steps"]))
+            for index in indices:
+                label = prompts.verifier_target(task, chain, index)
+                if label is None:
+                    continue
+                messages = prompts.verifier_messages(task, chain, index, template) + [prompts.assistant_turn(label)]
+                out.rows.append({"messages": messages, "task": task, "label": label, "step_index": index,
+                                 **_ids(chain)})
+                out.labels[f"{task}/{label}"] += 1
+        if len(out.rows) == n_rows:
+            out.skipped["no_verifier_labels"] += 1
+
+
+def _prm_sft(chains, template, out: _SplitRows, step_targets: str = "hard", prm_notes: bool = False, **_) -> None:
+    for chain in chains:
+        if any(s["correct"] is None and not labels.is_neutral(s) for s in chain["steps"]):
+            out.skipped["unknown_step_label"] += 1
+            continue
+        if prm_notes and any(prompts.prm_note(s) is None for s in chain["steps"]):
+            out.skipped["no_note"] += 1  # an incorrect step with neither a correction nor an explanation
+            continue
+        targets = labels.step_targets(chain, step_targets)
+        # A neutral step left open gets the scorer's placeholder judgement: its target is null, so the collator
+        # takes it out of the loss, and the input never shows a judgement anyway (`train.prm`).
+        shown = dict(chain, steps=[dict(s, correct=True) if labels.is_neutral(s) else s for s in chain["steps"]])
+        out.rows.append({"messages": prompts.prm_messages(shown, template, notes=prm_notes), "step_targets": targets,
+                         **_ids(chain)})
+        out.labels.update("neutral" if labels.is_neutral(s) else prompts.PRM_POSITIVE if s["correct"]
+                          else prompts.PRM_NEGATIVE for s in chain["steps"])
+        if step_targets == "soft":
+            out.labels["soft target"] += sum(t is not None and 0 < t < 1 for t in targets)
+
+
+def _critique_pref(chains, template, out: _SplitRows, seed: int, pref_mix: dict, pool=None, plan=None, **_) -> None:
+    """`chains` is a whole split, or one batch of it with the split's explanation `pool` and corruption `plan`."""
+    pool = pairs.ExplanationPool(chains) if pool is None else pool
+    usable = []
+    for chain in chains:
+        reason = _critique_skip_reason(chain)
+        if reason:
+            out.skipped[reason] += 1
+        else:
+            usable.append(chain)
+    # Which corruption each chain gets is planned over the split, so the realised mix is the requested one
+    # (chains over the quota are skipped and counted); the plan and each corruption's choices are seeded.
+    plan = pairs.plan_corruptions(usable, pref_mix, pool, seed) if plan is None else plan
+    for chain in usable:
+        corruption = plan[chain["chain_id"]]
+        if corruption in (pairs.NO_CORRUPTION, pairs.OVER_QUOTA):
+            out.skipped[corruption] += 1
+            continue
+        rejected = pairs.apply_corruption(chain, corruption, pool, random.Random(f"{seed}:{chain['chain_id']}"))
+        _count_explanations(chain, out)
+        out.rows.append({
+            "prompt": prompts.critique_messages(chain, template),
+            "chosen": [prompts.assistant_turn(prompts.critique_target(chain))],
+            "rejected": [prompts.assistant_turn(critique.format_critique(rejected))],
+            "corruption": corruption, **_ids(chain),
+        })
+        out.labels[corruption] += 1
+
+
+def _outcome_rm(chains, template, out: _SplitRows, **_) -> None:
+    """`chains` is a whole split, or whole groups of it (pairs never cross a group)."""
+    known = [c for c in chains if c["chain_correct"] is not None]
+    out.skipped["unknown_chain_label"] += len(chains) - len(known)
+    chain_pairs, unpaired = pairs.outcome_pairs(known)
+    out.skipped["no_contrast_in_group"] += len(unpaired)
+    for good, bad in chain_pairs:
+        prompt, chosen = prompts.outcome_messages(good, template)
+        _, rejected = prompts.outcome_messages(bad, template)
+        out.rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "images": [good["image"]],
+                         "chosen_chain_id": good["chain_id"], "rejected_chain_id": bad["chain_id"],
+                         "group_id": good["group_id"]})
+    out.labels["chosen_chains"] += len({g["chain_id"] for g, _ in chain_pairs})
+    out.labels["rejected_chains"] += len({b["chain_id"] for _, b in chain_pairs})
+
+
+BUILDERS = {"critique-sft": _critique_sft, "verifier-sft": _verifier_sft, "prm-sft": _prm_sft,
+            "critique-pref": _critique_pref, "outcome-rm": _outcome_rm}
+
+
+def features(kind: str):
+    """The `datasets.Features` of a built dataset of `kind` (messages in TRL's vision format)."""
+    from datasets import Features, Image, List, Value
+
+    part = {"type": Value("string"), "text": Value("string")}
+    messages = List({"role": Value("string"), "content": List(part)})
+    ids = {"images": List(Image()), "chain_id": Value("string"), "group_id": Value("string")}
+    columns = {
+        "critique-sft": {"messages": messages, **ids},
+        "verifier-sft": {"messages": messages, "task": Value("string"), "label": Value("string"),
+                         "step_index": Value("int32"), **ids},
+        "prm-sft": {"messages": messages, "step_targets": List(Value("float32")), **ids},
+        "critique-pref": {"prompt": messages, "chosen": messages, "rejected": messages,
+                          "corruption": Value("string"), **ids},
+        "outcome-rm": {"prompt": messages, "chosen": messages, "rejected": messages, "images": List(Image()),
+                       "chosen_chain_id": Value("string"), "rejected_chain_id": Value("string"),
+                       "group_id": Value("string")},
+    }
+    return Features(columns[kind])
