@@ -233,13 +233,13 @@ def verifier_target(task: str, chain: dict, step_index: int | None) -> str | Non
 
 # ----------------------------------------------------------------------------- process reward (PRM)
 
-def _prm_conversation(chain: dict, judgements: list[str], template) -> list[dict]:
+def _prm_conversation(chain: dict, judgements: list[str], template, notes: bool = False) -> list[dict]:
     tpl = _resolve(template, "prm")
     steps = _step_texts(chain)
     messages = []
     for number, (step, judgement) in enumerate(zip(steps, judgements), 1):
         text = tpl.render(question=chain["question"], step_number=number, step=step, n_steps=len(steps),
-                          positive=PRM_POSITIVE, negative=PRM_NEGATIVE)
+                          positive=PRM_POSITIVE, negative=PRM_NEGATIVE, notes=notes)
         messages.append(user_with_image(text) if number == 1 else user_turn(text))
         messages.append(assistant_turn(judgement))
     return messages
@@ -281,16 +281,17 @@ def prm_messages(chain: dict, template: str | PromptTemplate | None = None, note
             raise schema.SchemaError("an incorrect step needs a correction or an explanation for its note", where,
                                      f"{field}.correction")
         judgements.append(prm_turn(verdict, note))
-    return _prm_conversation(chain, judgements, template)
+    return _prm_conversation(chain, judgements, template, notes)
 
 
-def prm_prompt_messages(chain: dict, template: str | PromptTemplate | None = None) -> list[dict]:
+def prm_prompt_messages(chain: dict, template: str | PromptTemplate | None = None, notes: bool = False) -> list[dict]:
     """The same conversation for scoring: every assistant turn holds `PRM_POSITIVE` as a placeholder.
 
     A scorer runs one teacher-forced pass and reads P(+) vs P(-) at each assistant position; the
-    placeholder keeps the token layout identical to training without revealing any label.
+    placeholder keeps the token layout identical to training without revealing any label. `notes` gives the
+    instructions of a note-writing PRM (the scorer then writes the notes itself).
     """
-    return _prm_conversation(chain, [PRM_POSITIVE] * len(_step_texts(chain)), template)
+    return _prm_conversation(chain, [PRM_POSITIVE] * len(_step_texts(chain)), template, notes)
 
 
 # ----------------------------------------------------------------------------- outcome reward

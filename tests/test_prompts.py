@@ -208,3 +208,15 @@ def test_bad_user_templates_fail_loudly(tmp_path, fixture_chain):
     broken.write_text("{% if %}")
     with pytest.raises(ValueError, match="syntax error on line 1"):
         prompts.load_template(str(broken))
+
+
+def test_a_note_writing_prm_is_told_to_write_its_note_and_scored_with_the_same_words(fixture_chain):
+    # A model trained to write a note must not be told to reply "with that single symbol only", and the scorer
+    # must show it the instructions it was trained with.
+    trained = prompts.prm_messages(dict(fixture_chain, steps=[dict(s, correct=True) for s in fixture_chain["steps"]]),
+                                   notes=True)
+    scored = prompts.prm_prompt_messages(fixture_chain, notes=True)
+    first = trained[0]["content"][-1]["text"]
+    assert "on a line of its own" in first and "single symbol only" not in first
+    assert scored[0::2] == trained[0::2]
+    assert "single symbol only" in prompts.prm_prompt_messages(fixture_chain)[0]["content"][-1]["text"]

@@ -126,7 +126,7 @@ class PRMScorer:
 
         device = next(self.model.parameters()).device
         images = [[to_rgb(chain["image"])] for chain in chains]
-        turns = [prompts.prm_prompt_messages(chain, self.template)[0::2] for chain in chains]  # user turns
+        turns = [prompts.prm_prompt_messages(chain, self.template, notes=True)[0::2] for chain in chains]  # user turns
         messages = [[] for _ in chains]
         scores, notes = [[] for _ in chains], [[] for _ in chains]
         for index in range(max(len(t) for t in turns)):
