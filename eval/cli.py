@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import os
 
+from stepcritic.eval.best_of_n import DEFAULT_MAX_SUBSETS
 from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.metrics import DEFAULT_RPTS_LAMBDA, DEFAULT_RPTS_THRESHOLD
 from stepcritic.eval.rpts_tree import CLUE_MATCHERS
 from stepcritic.eval.runner import DEFAULT_TASKS, TASKS, EvalError
+from stepcritic.eval.sweep import DEFAULT_DEV_FRACTION, DEFAULT_SEED
 
 EPILOG = """\
 judge specs (repeat --judge to compare judges side by side):
@@ -29,6 +31,8 @@ The report in OUT covers every judge whose cache there holds these chains, not o
 Choice ranking uses each judge's chain score; a judge without one is scored by the fraction of
 steps it judged correct. --tasks verifier asks MiCEval's nine verifier questions of every judge that
 can answer them (generative judges, each as itself in mode=verifier); the others show "–".
+--tasks correction asks a corrector (--corrector SPEC, else each generative judge itself) for the answer
+after the gold critique and after each judge's own; --tasks best-of-n asks nothing new.
 """
 
 
@@ -62,9 +66,21 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                              f"{' '.join(DEFAULT_TASKS)}; verifier, nine more prompts per step, only on request)")
     parser.add_argument("--limit", type=int, default=None, metavar="N",
                         help="judge only the first N chains")
-    parser.add_argument("--matcher", default="lexical", choices=MATCHERS,
-                        help="explanation matcher for explanation F1: token overlap (default) or MiniLM "
-                             "embeddings (needs the `embed` extra)")
+    parser.add_argument("--matcher", default="lexical", choices=MATCHERS, metavar="lexical|embedding|judge:SPEC",
+                        help="explanation matcher for explanation F1: token overlap (default), MiniLM embeddings "
+                             "(needs the `embed` extra), or judge:SPEC, VISCO's LLM judge (any generative judge spec; "
+                             "replies cached in OUT/cache/matches/)")
+    parser.add_argument("--corrector", metavar="SPEC",
+                        help="--tasks correction: the generative judge that revises answers after a critique, for "
+                             "every judge (default: each generative judge corrects its own critiques)")
+    parser.add_argument("--sweep-dev", type=float, default=DEFAULT_DEV_FRACTION, metavar="FRACTION",
+                        help=f"threshold sweep: the share of questions whose chains choose the best-F1 threshold, "
+                             f"the rest scoring it (default {DEFAULT_DEV_FRACTION})")
+    parser.add_argument("--sweep-seed", type=int, default=DEFAULT_SEED, metavar="N",
+                        help=f"threshold sweep: the seed of the question split (default {DEFAULT_SEED})")
+    parser.add_argument("--bon-subsets", type=int, default=DEFAULT_MAX_SUBSETS, metavar="K",
+                        help=f"best-of-n: N-subsets per question, all when there are at most K, else K drawn with a "
+                             f"fixed seed (default {DEFAULT_MAX_SUBSETS})")
     rpts = parser.add_argument_group("RPTS (--tasks rpts; README: Evaluation)")
     rpts.add_argument("--tree-builder", metavar="SPEC",
                       help="a generative judge spec that restates chains without premises as RPTS trees (cached); "
@@ -104,6 +120,16 @@ def rpts_settings(args: argparse.Namespace):
     return Settings(lam=args.rpts_lambda, h_f=h_f, threshold=args.rpts_threshold, clues=args.rpts_clues)
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """The options of the threshold sweep, best-of-n and correction, checked before anything slow is loaded."""
+    if not 0 < args.sweep_dev < 1:
+        raise EvalError(f"--sweep-dev must be between 0 and 1 (a share of the questions), got {args.sweep_dev:g}")
+    if args.bon_subsets < 1:
+        raise EvalError(f"--bon-subsets must be at least 1, got {args.bon_subsets}")
+    if args.corrector and "correction" not in args.tasks:
+        raise EvalError("--corrector only serves the correction task: add --tasks correction")
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the evaluation. Bad input raises `EvalError`, which `stepcritic` prints as one line (exit 2)."""
     if args.limit is not None and args.limit < 1:
@@ -111,9 +137,11 @@ def main(args: argparse.Namespace) -> int:
     if not os.path.exists(args.chains):  # checked before the slow imports below, for a fast answer
         raise EvalError(f"chains not found: {args.chains}")
     settings = rpts_settings(args)
+    check_options(args)
+    from stepcritic.eval.judge_matcher import build as build_matcher
     from stepcritic.eval.runner import build_judge, evaluate
 
-    judges, builder = [], None
+    judges, builder, corrector, matcher = [], None, None, None
     try:
         for spec in args.judges:
             judges.append(build_judge(spec))  # one at a time, so `finally` closes those already built
@@ -128,14 +156,19 @@ def main(args: argparse.Namespace) -> int:
                 raise EvalError(str(e)) from None
         if args.tree_builder:
             builder = build_judge(args.tree_builder)
-        evaluate(args.chains, judges, args.out, tasks=args.tasks, limit=args.limit, matcher=args.matcher,
-                 progress=not args.no_progress, rpts=settings, tree_builder=builder)
+        if args.corrector:
+            corrector = build_judge(args.corrector)
+        matcher = build_matcher(args.matcher, args.out, not args.no_progress)  # a bad judge: spec fails before judging
+        evaluate(args.chains, judges, args.out, tasks=args.tasks, limit=args.limit, matcher=matcher,
+                 progress=not args.no_progress, rpts=settings, tree_builder=builder, corrector=corrector,
+                 sweep={"dev_fraction": args.sweep_dev, "seed": args.sweep_seed},
+                 best_of_n={"max_subsets": args.bon_subsets})
     except EvalError as e:
         if os.path.isdir(os.path.join(args.out, "cache")):
             raise EvalError(f"{e} (finished judgments are kept in the cache: rerun the same command to resume)") from e
         raise
     finally:
-        for judge in judges + ([builder] if builder else []):
+        for judge in judges + [j for j in (builder, corrector, matcher) if j is not None and hasattr(j, "close")]:
             judge.close()
     print(f"wrote {os.path.join(args.out, 'report.md')}")
     return 0

@@ -5,7 +5,9 @@ code never imports from `tests/`.
 
 It answers `POST /v1/chat/completions` from what the prompt asks for: a JSON critique that flags step 2
 (the number of steps is read from the "Step k:" lines), a question list or a short answer for the
-LookBack phases, a letter for the listwise question, a label for verifier prompts. Knobs for tests:
+LookBack phases, a letter for the listwise question, a label for verifier prompts, "Answer: red" to the
+corrector when the review calls the final answer wrong (else the final answer again), and "Verdict: yes" to
+the explanation matcher when the critic's explanation mentions the colour. Knobs for tests:
 `latency` (seconds per request), `fail_first` (that many requests per prompt get `fail_status`
 first; with `echo_auth` the error quotes the Authorization header back, as some real APIs do),
 `garbage` (answer text that is not a critique), `hang` (never answer in time). It records every
@@ -21,8 +23,21 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def _last(pattern: str, text: str) -> str | None:
+    found = re.findall(pattern, text)
+    return found[-1].strip() if found else None
+
+
 def reply_for(text: str) -> str:
     """What a helpful (and fixed-minded) critic would say to our prompts."""
+    if 'one last line of the form "Answer:' in text:  # the corrector (correction.j2)
+        # answers "red" where the review calls the final answer wrong, else keeps the final answer
+        review = _last(r"(?m)^Review of the final answer: (.*)$", text) or ""
+        final = _last(r"(?m)^Final answer: (.*)$", text) or ""
+        return "Going by the review.\nAnswer: " + ("red" if review.startswith("incorrect") else final)
+    if 'reads exactly "Verdict: yes"' in text:  # the explanation matcher (explanation_match.j2)
+        explanation = text.split("and explained:", 1)[-1].split("Does the critic", 1)[0]
+        return "Comparing the two.\nVerdict: " + ("yes" if "colour" in explanation.lower() else "no")
     if "JSON list of at most" in text:
         return '["What colour is the shape?"]'
     if "answer this question from what you can see" in text:
@@ -91,8 +106,9 @@ class FakeOpenAIServer:
                 self._stop.wait(30)
                 return
             time.sleep(self.latency)
-            text = " ".join(p.get("text", "") for m in body["messages"] for p in m["content"]
-                            if p.get("type") == "text")
+            text = " ".join(m["content"] if isinstance(m["content"], str) else
+                            " ".join(p.get("text", "") for p in m["content"] if p.get("type") == "text")
+                            for m in body["messages"])
             with self._lock:
                 seen = self._attempts[text] = self._attempts.get(text, 0) + 1
             if seen <= self.fail_first:

@@ -94,10 +94,33 @@ def verifier_avg(data, boot: GroupBootstrap) -> np.ndarray:
     return np.mean(per_task, axis=0)
 
 
+def bon_chain(data, boot: GroupBootstrap) -> np.ndarray:
+    """Best-of-N accuracy of the chain-score pick with all candidates, per resample of the questions."""
+    from stepcritic.eval import best_of_n
+
+    per_question = best_of_n.full_values(best_of_n.candidates(data.gold, data.preds))
+    hits = {g: v["chain"] for g, v in per_question.items() if v["chain"] is not None}
+    return boot.ratio(list(hits), list(hits.values()), [1.0] * len(hits))
+
+
+def correction_own_gain(data, boot: GroupBootstrap) -> np.ndarray:
+    """VISCO's PCR - NCR after the judge's own critiques, each ratio over the chains of the questions drawn."""
+    records = (data.corrections or {}).get("own") or []
+    items = [(c["group_id"], c["answer_correct"], r["after"]) for c, r in zip(data.gold, records)
+             if r["answered"] and c["answer_correct"] is not None]
+    groups = [g for g, _, _ in items]
+    pcr = boot.ratio(groups, [float(b is False and a is True) for _, b, a in items],
+                     [float(b is False) for _, b, _ in items])
+    ncr = boot.ratio(groups, [float(b is True and a is not True) for _, b, a in items],
+                     [float(b is True) for _, b, _ in items])
+    return pcr - ncr
+
+
 # the statistic of every headline metric (`tasks.Metric.headline`), by metric name
 STATISTICS = {"step_f1": step_f1, "step_auroc": step_auroc, "answer_f1": answer_f1, "viscore": viscore,
               "invalid_rate": invalid_rate, "choice_ranking_accuracy": choice_ranking_accuracy,
-              "circular_accuracy": circular_accuracy, "verifier_avg": verifier_avg}
+              "circular_accuracy": circular_accuracy, "verifier_avg": verifier_avg, "bon_chain": bon_chain,
+              "correction_own_gain": correction_own_gain}
 
 
 def add_intervals(section: dict, data, tasks) -> None:

@@ -6,7 +6,9 @@ from cheap to faithful:
 
 - `LexicalMatcher`   token-overlap F1 against a threshold (deterministic, no model; for tests and smoke runs)
 - `EmbeddingMatcher` cosine similarity of all-MiniLM-L6-v2 sentence embeddings against a threshold
-- `JudgeMatcher`     VISCO's own protocol: an LLM reads both critiques and answers whether they agree
+- `JudgeMatcher`     an LLM reads the two critiques alone and answers whether they agree (a callable, for code)
+- `judge_matcher.LLMJudgeMatcher`  VISCO's protocol behind `--matcher judge:SPEC`: the step in its chain, every
+                     reference at once, each reply cached
 
 A matcher is any callable `(explanation, reference) -> float in [0, 1]` with a `name` attribute; the name
 goes into every explanation-F1 report, because scores from different matchers are not comparable.
@@ -93,8 +95,20 @@ class EmbeddingMatcher:
         return float(self.similarity(explanation, reference) >= self.threshold)
 
 
-# the matchers offered by name (`stepcritic eval --matcher`); JudgeMatcher needs a model to ask, so code builds it
-MATCHERS = {"lexical": LexicalMatcher, "embedding": EmbeddingMatcher}
+JUDGE_PREFIX = "judge:"
+
+
+class MatcherNames(dict):
+    """The matchers `stepcritic eval --matcher` offers: each offline one by name (name -> class), and `judge:SPEC`,
+    VISCO's LLM judge (`eval/judge_matcher.py`), which holds a model and a cache and so is built there, not here. A
+    `judge:SPEC` is `in` this list (argparse accepts it) though it has no entry to look up."""
+
+    def __contains__(self, name) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and name.startswith(JUDGE_PREFIX)
+                                              and bool(name[len(JUDGE_PREFIX):].strip()))
+
+
+MATCHERS = MatcherNames(lexical=LexicalMatcher, embedding=EmbeddingMatcher)
 
 JUDGE_PROMPT = """You are checking a critique of one reasoning step.
 

@@ -139,19 +139,20 @@ def explanation_match_scores(items: list[dict], matcher: ExplanationMatcher) -> 
     """The per-step match scores behind `explanation_f1` (its `match` argument to `explanation_match_f1`).
 
     Only an incorrect step flagged incorrect with an explanation is matched: the mean of `matcher` over its
-    reference critiques. A step without references scores None (read only for incorrect steps, which then
-    cannot be judged); any other step 0.
+    reference critiques, or, for a matcher with a `match_items` method (VISCO's LLM judge,
+    `eval/judge_matcher.py`), its score of the whole item (the step in its chain, with every reference at
+    once), all such items asked in one call. A step without references scores None (read only for incorrect
+    steps, which then cannot be judged); any other step 0.
     """
-    scores = []
-    for item in items:
-        refs, expl = item.get("references") or [], item.get("explanation")
-        if not refs:
-            scores.append(None)
-        elif item["gold"] is False and item["pred"] is False and expl:
-            scores.append(statistics.fmean(matcher(expl, ref) for ref in refs))
-        else:
-            scores.append(0.0)
-    return scores
+    matched = [i for i, item in enumerate(items) if item.get("references") and item["gold"] is False
+               and item["pred"] is False and item.get("explanation")]
+    batch = getattr(matcher, "match_items", None)
+    if batch is not None:
+        found = dict(zip(matched, batch([items[i] for i in matched])))
+    else:
+        found = {i: statistics.fmean(matcher(items[i]["explanation"], ref) for ref in items[i]["references"])
+                 for i in matched}
+    return [None if not item.get("references") else found.get(i, 0.0) for i, item in enumerate(items)]
 
 
 def explanation_f1(items: list[dict], matcher: ExplanationMatcher) -> dict:

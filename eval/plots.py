@@ -145,8 +145,68 @@ def calibration(metrics: dict, path: str) -> bool:
     return True
 
 
+def threshold_sweep(metrics: dict, path: str) -> bool:
+    """Step F1 against the threshold on P(incorrect), each judge's test chains (solid) and dev chains (dashed), a
+    dotted line at the threshold the dev chains chose."""
+    curves = {name: c["step"]["sweep"] for name, c in _critiques(metrics).items()
+              if (c["step"].get("sweep") or {}).get("curve")}
+    if not curves:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k, (name, sweep) in enumerate(curves.items()):
+        color = f"C{k % 10}"
+        curve = sweep["curve"]
+        for part, style in (("test", "-"), ("dev", "--")):
+            ax.plot(curve["thresholds"], [float("nan") if v is None else 100 * v for v in curve[part]], style,
+                    color=color, label=f"{name} ({part})", linewidth=1.2)
+        ax.axvline(sweep["threshold"], color=color, linestyle=":", linewidth=1)
+    ax.set_xlabel("threshold on P(step incorrect) = 1 - step score")
+    ax.set_ylabel("step F1 x100")
+    ax.set_ylim(0, 100)
+    ax.set_title("Threshold sweep (dotted: chosen on dev)")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+    return True
+
+
+def best_of_n(metrics: dict, path: str) -> bool:
+    """Accuracy of the picked answer against N: every judge's selectors, and random pick, majority vote and the
+    oracle (the same for every judge, drawn once)."""
+    from stepcritic.eval.best_of_n import REFERENCES, SELECTORS
+
+    sections = {name: r["overall"]["best-of-n"] for name, r in metrics["judges"].items()
+                if (r["overall"].get("best-of-n") or {}).get("ns")}
+    if not sections:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    first = next(iter(sections.values()))
+    ns = first["ns"]
+    markers = {"chain": "o", "min": "v", "mean": "s", "last": "^"}
+    for k, (name, sec) in enumerate(sections.items()):
+        for selector in SELECTORS:
+            values = [sec["curve"][selector].get(str(n)) for n in ns]
+            if any(v is not None for v in values):
+                ax.plot(ns, [float("nan") if v is None else 100 * v for v in values], marker=markers[selector],
+                        color=f"C{k % 10}", linewidth=1.2, label=f"{name} {selector}")
+    for ref, style in zip(REFERENCES, ("--", "-.", ":")):
+        ax.plot(ns, [float("nan") if v is None else 100 * v for v in (first["curve"][ref].get(str(n)) for n in ns)],
+                style, color="black", linewidth=1, label=ref)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.set_xlabel("N (candidate chains per question)")
+    ax.set_ylabel("accuracy of the picked answer x100")
+    ax.set_ylim(0, 100)
+    ax.set_title("Best-of-N")
+    ax.legend(fontsize=6, ncol=2)
+    _save(fig, path)
+    return True
+
+
 PLOTS = {"step_prf": step_prf, "confusion": confusion, "shiftcheck_positions": shiftcheck_positions,
-         "somers_d": somers_d, "calibration": calibration}
+         "somers_d": somers_d, "calibration": calibration, "threshold_sweep": threshold_sweep,
+         "best_of_n": best_of_n}
 
 
 def write_plots(metrics: dict, plot_dir: str) -> list[str]:

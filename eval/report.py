@@ -64,6 +64,8 @@ def _shiftcheck_notes(metrics: dict) -> list[str]:
 
 
 FIELD_TITLES = {"source": "source", "generator": "generator", "category": "category", "step_type": "step type"}
+# the tables repeated per breakdown value (diagnostics and RPTS's table only overall, to keep the report readable)
+BREAKDOWN_TABLES = ("leaderboard", "verifier", "sweep", "best_of_n", "correction")
 
 
 def _judges_line(metrics: dict) -> list[str]:
@@ -90,7 +92,7 @@ def _breakdowns(metrics: dict) -> list[str]:
         for value in spec["values"]:
             sections = {name: r["breakdowns"][field][value] for name, r in metrics["judges"].items()}
             parts += [f"### {value} ({spec['counts'][value]} {spec['unit']})", ""]
-            for table in ("leaderboard", "verifier"):
+            for table in BREAKDOWN_TABLES:
                 shown = columns(tasks, table, levels=spec["levels"])
                 if shown:
                     parts += [leaderboard(sections, tasks, matcher, shown), ""]
@@ -112,6 +114,90 @@ def _rpts(metrics: dict, overall: dict) -> list[str]:
     for name, sec in scored.items():
         parts += sensitivity_table(name, sec)
     return parts
+
+
+def _sweep(metrics: dict, overall: dict) -> list[str]:
+    tasks = metrics["tasks"]
+    if not columns(tasks, "sweep"):
+        return []
+    sweep = metrics.get("sweep") or {}
+    return ["## Threshold sweep", "",
+            f"Each judge's step scores flag a step when 1 - score (P(incorrect)) reaches a threshold. The threshold "
+            f"with the best step F1 is chosen on the chains of {sweep.get('n_dev_questions', '?')} questions (a share "
+            f"of {sweep.get('dev_fraction', '?')}, drawn with seed {sweep.get('seed', '?')}; `--sweep-dev`, "
+            "`--sweep-seed`) and scored on the chains of the other questions only, beside the F1 of the judge's own "
+            "verdicts on those same chains. The curves (`plots/threshold_sweep.png`) show F1 against the threshold "
+            "on both parts.", "",
+            leaderboard(overall, tasks, metrics["matcher"], columns(tasks, "sweep")), ""]
+
+
+def _number_or_dash(value, scale: int = 100) -> str:
+    return "–" if value is None else _number(value, scale)
+
+
+def _best_of_n(metrics: dict, overall: dict) -> list[str]:
+    """The registry's table (each question with all its chains), then accuracy against N."""
+    from stepcritic.eval.best_of_n import REFERENCES, SELECTORS
+
+    tasks = metrics["tasks"]
+    if "best-of-n" not in tasks:
+        return []
+    sections = {name: sec["best-of-n"] for name, sec in overall.items() if "best-of-n" in sec}
+    first = next(iter(sections.values()), None)
+    parts = ["## Best-of-N", "",
+             "Each judge picks, among a question's chains (same `group_id`, known answer label, two or more), the one "
+             "it scores highest: by its chain score, or by the minimum, mean or last of its step scores; a tie for "
+             "the top counts its expected accuracy. Accuracy of the picked answer x100, against a random pick (its "
+             "expectation), majority vote over final answers and the oracle (any chain right), which are the same "
+             "for every judge. \"–\": the judge gives no such score.", "",
+             leaderboard(overall, tasks, metrics["matcher"], columns(tasks, "best_of_n")), ""]
+    if not first or not first["ns"]:
+        return parts + ["No question has two or more chains with a known answer label.", ""]
+    ns = first["ns"]
+    subsets = first["subsets"]
+    parts += [f"Against N: every N-subset of a question's chains when there are at most {subsets['max']}, else "
+              f"{subsets['max']} drawn with seed {subsets['seed']} (`--bon-subsets`), averaged; questions with at "
+              "least N chains (`plots/best_of_n.png`).", "",
+              "| Picker | " + " | ".join(f"N={n}" for n in ns) + " |", "|---" * (len(ns) + 1) + "|",
+              "| questions | " + " | ".join(str(first["n_questions_at"][str(n)]) for n in ns) + " |"]
+    names = {"chain": "chain score", "min": "min step", "mean": "mean step", "last": "last step"}
+    for name, sec in sections.items():
+        for selector in SELECTORS:
+            curve = sec["curve"][selector]
+            if any(curve.get(str(n)) is not None for n in ns):
+                parts.append(f"| `{name}` {names[selector]} | "
+                             + " | ".join(_number_or_dash(curve.get(str(n))) for n in ns) + " |")
+    for ref in REFERENCES:
+        parts.append(f"| {ref} | " + " | ".join(_number_or_dash(first["curve"][ref].get(str(n))) for n in ns) + " |")
+    return parts + [""]
+
+
+def _correction(metrics: dict, overall: dict) -> list[str]:
+    tasks = metrics["tasks"]
+    if "correction" not in tasks:
+        return []
+    info = metrics.get("correction") or {}
+    notes = []
+    for name in overall:
+        corrector = (info.get("correctors") or {}).get(name)
+        requests = (info.get("requests") or {}).get(name)
+        sec = overall[name]["correction"]
+        if corrector is None:
+            notes.append(f"- `{name}`: no corrector")
+            continue
+        failed = sec["gold"]["n_failed"] + sec["own"]["n_failed"]
+        no_answer = sec["gold"]["n_no_answer"] + sec["own"]["n_no_answer"]
+        notes.append(f"- `{name}`: corrected by `{corrector}`; {sec['n_chains']} chains with a reference answer, "
+                     f"{requests['asked']} requests asked, {requests['cached']} from cache; {no_answer} replies "
+                     f"without a readable answer (counted wrong), {failed} failed requests (left out, asked again "
+                     "on a rerun)")
+    return ["## Correction", "",
+            "VISCO's correction (Sec. 3.1.2): a corrector is shown each chain with a critique and asked for the "
+            "answer. PCR: share of wrong answers made right; NCR: share of right answers made wrong (lower is "
+            "better); gain = PCR - NCR. With the gold critique (the data's step labels, first reference "
+            "explanation and answer label) and with the judge's own critique. `corrections.jsonl` holds every "
+            "corrected answer.", "",
+            leaderboard(overall, tasks, metrics["matcher"], columns(tasks, "correction")), "", *notes, ""]
 
 
 def _glossary(tasks, matcher: str) -> list[str]:
@@ -143,6 +229,11 @@ def render(metrics: dict) -> str:
     ]
     if columns(tasks):  # not when only tasks with tables of their own run (verifier)
         parts += ["## Leaderboard", "", leaderboard(overall, tasks, matcher), ""]
+    asked = metrics.get("matcher_requests")
+    if asked:
+        parts += [f"Explanation matching by `{matcher}` (VISCO's LLM judge): {asked['asked']} requests asked, "
+                  f"{asked['cached']} from cache, {asked['failed']} failed (no match this run; asked again on a "
+                  f"rerun), {asked['unparsed']} replies without a verdict (no match).", ""]
     choice = next((r["overall"].get("choice") for r in metrics["judges"].values()), None)
     if choice:
         parts += [f"Choice ranking: {choice['n_groups']} groups, {choice['n_chains']} chains with mixed "
@@ -167,6 +258,9 @@ def render(metrics: dict) -> str:
                   "propagate). Brier: calibration of p_incorrect (lower is better).", "",
                   leaderboard(overall, tasks, matcher, diagnostics), ""]
     parts += _rpts(metrics, overall)
+    parts += _sweep(metrics, overall)
+    parts += _best_of_n(metrics, overall)
+    parts += _correction(metrics, overall)
     parts += _breakdowns(metrics)
     parts += _glossary(tasks, matcher)
     parts += ["## Plots", ""] + [f"![{name}](plots/{name}.png)" for name in metrics.get("plots", [])]

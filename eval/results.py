@@ -94,9 +94,12 @@ def _step_correlations(gold: list[dict], judge_steps: list[list], keep=lambda st
 
 
 def explanation_items(gold: list[dict], preds: list[dict]) -> list[dict]:
-    """One item per step for `metrics.explanation_f1`: gold and predicted verdict, explanation, references."""
+    """One item per step for `metrics.explanation_f1`: gold and predicted verdict, explanation, references, and the
+    step in its chain (question, step texts, final answer, index) for a matcher that reads it (`judge_matcher`)."""
     return [{"gold": s["correct"], "pred": v, "references": s["explanations"],
-             "explanation": (p.get("explanations") or [None] * len(p["verdicts"]))[i]}
+             "explanation": (p.get("explanations") or [None] * len(p["verdicts"]))[i],
+             "question": c.get("question"), "steps": [t.get("text") for t in c["steps"]],
+             "final_answer": c.get("final_answer"), "step_index": i}
             for c, p in zip(gold, preds) for i, (s, v) in enumerate(zip(c["steps"], p["verdicts"]))]
 
 
@@ -107,7 +110,21 @@ def explanation_matches(gold: list[dict], preds: list[dict], matcher) -> list[li
     return [[next(flat) for _ in c["steps"]] for c in gold]
 
 
-def critique_metrics(gold: list[dict], preds: list[dict], matcher, matches: list[list] | None = None) -> dict:
+def sweep_metrics(gold: list[dict], preds: list[dict], dev: frozenset | None = None) -> dict:
+    """`sweep.threshold_sweep` over every step, the questions in `dev` choosing the threshold (by default the
+    split `sweep.dev_groups` draws from these chains' questions)."""
+    from stepcritic.eval import sweep
+
+    if dev is None:
+        dev = sweep.dev_groups(c["group_id"] for c in gold)
+    in_dev = [c["group_id"] in dev for c in gold for _ in c["steps"]]
+    return sweep.threshold_sweep([s["correct"] for c in gold for s in c["steps"]],
+                                 [x for p in preds for x in step_scores(p)],
+                                 [v for p in preds for v in p["verdicts"]], in_dev)
+
+
+def critique_metrics(gold: list[dict], preds: list[dict], matcher, matches: list[list] | None = None,
+                     dev: frozenset | None = None) -> dict:
     from stepcritic.data_prep.schema import describes, reasons
 
     if matches is None:
@@ -130,7 +147,8 @@ def critique_metrics(gold: list[dict], preds: list[dict], matcher, matches: list
     macro = M.step_macro_f1(gold_steps, pred_steps) if gives(preds, "verdicts") else {
         "f1_incorrect": None, "f1_correct": None, "macro_f1": None, "n": 0}
     step = {**step, **{k: macro[k] for k in ("f1_incorrect", "f1_correct", "macro_f1")},
-            "auroc": M.step_auroc(gold_steps, [x for scores in judge_steps for x in scores])}
+            "auroc": M.step_auroc(gold_steps, [x for scores in judge_steps for x in scores]),
+            "sweep": sweep_metrics(gold, preds, dev)}
     correlation = {
         "step": _step_correlations(gold, judge_steps),
         # MiCEval App. D.3 reports step-level correlation per step type; a "both" step counts in each
@@ -180,17 +198,24 @@ class JudgeData:
     picks about their questions, and the explanation matches of their steps."""
 
     def __init__(self, gold: list[dict], preds: list[dict], picks: list[dict], matcher, matches: list[list],
-                 verifier: dict | None = None, rpts=None):
+                 verifier: dict | None = None, rpts=None, corrections: dict | None = None,
+                 settings: dict | None = None):
         self.gold, self.preds, self.picks, self.matcher, self.matches = gold, preds, picks, matcher, matches
         self.verifier = verifier  # the judge's verifier answers (`verifier.read`), None when it has none
         self.rpts = rpts  # RPTS's settings (`rpts.Settings`), None for the defaults
+        self.corrections = corrections  # the corrected answers of `correction.run`, None without a corrector
+        # `dev`: the questions that choose the sweep's threshold; `best_of_n`: its subset settings
+        self.settings = settings or {}
 
     def chains(self, keep: list[int]) -> "JudgeData":
+        from stepcritic.eval.correction import slice_chains
+
         groups = {self.gold[i]["group_id"] for i in keep}
         return JudgeData([self.gold[i] for i in keep], [self.preds[i] for i in keep] if self.preds else [],
                          [q for q in self.picks if q["group_id"] in groups], self.matcher,
                          [self.matches[i] for i in keep] if self.matches else [],
-                         verifier_task.slice_chains(self.verifier, keep), self.rpts)
+                         verifier_task.slice_chains(self.verifier, keep), self.rpts,
+                         slice_chains(self.corrections, keep), self.settings)
 
     def steps(self, keep) -> "JudgeData":
         """Only the steps `keep(step)` accepts (chains left without a step are dropped): step-level metrics only."""
@@ -208,16 +233,30 @@ class JudgeData:
                                         if p.get(f) is not None}))
                 matches.append([m[i] for i in idx])
         return JudgeData(gold, preds, [], self.matcher, matches, verifier_task.slice_steps(self.verifier, kept),
-                         self.rpts)
+                         self.rpts, None, self.settings)
 
 
 # the section of each registered task, from one judge's data; a new task adds its function here
+def _best_of_n(d: JudgeData) -> dict:
+    from stepcritic.eval import best_of_n
+
+    return best_of_n.section(d.gold, d.preds, **d.settings.get("best_of_n", {}))
+
+
+def _correction(d: JudgeData) -> dict:
+    from stepcritic.eval import correction
+
+    return correction.section(d.gold, d.corrections)
+
+
 TASK_SECTIONS = {
-    "critique": lambda d: critique_metrics(d.gold, d.preds, d.matcher, d.matches),
+    "critique": lambda d: critique_metrics(d.gold, d.preds, d.matcher, d.matches, d.settings.get("dev")),
     "choice": lambda d: choice_metrics(d.gold, d.preds),
     "shiftcheck": lambda d: M.shiftcheck(d.picks),
     "verifier": lambda d: verifier_task.section(d.gold, d.verifier),
     "rpts": lambda d: rpts_section(d.gold, d.preds, d.rpts),
+    "best-of-n": _best_of_n,
+    "correction": _correction,
 }
 # the tasks whose sections can be computed on a slice of each chain's steps (the step-type breakdown)
 STEP_SLICEABLE = ("critique", "verifier")
@@ -303,26 +342,39 @@ def _breakdown(data: JudgeData, tasks, field: str, spec: dict) -> dict:
     return out
 
 
-def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, matcher: str = "lexical",
-                    verifier: dict | None = None, rpts=None) -> dict:
+def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, matcher="lexical",
+                    verifier: dict | None = None, rpts=None, corrections: dict | None = None,
+                    sweep: dict | None = None, best_of_n: dict | None = None) -> dict:
     """metrics.json: per judge, every registered metric of `tasks` overall and per breakdown value, with counts.
 
     predictions[judge] lists one prediction per gold chain, in gold order (empty when no task needs
     critiques); picks[judge] the ShiftCheck records (each with `group_id`); verifier[judge] its verifier answers
     (`verifier.read`; None, or a judge missing, when it has none); `rpts` RPTS's settings (`rpts.Settings`, None
-    for the defaults; the trees are on the gold chains, `rpts_tree.attach`).
+    for the defaults; the trees are on the gold chains, `rpts_tree.attach`); `matcher` a name of `MATCHERS` or a
+    matcher object (`judge_matcher.LLMJudgeMatcher`); corrections[judge] its corrected answers (`correction.run`);
+    `sweep` the threshold sweep's split ({"dev_fraction", "seed"}) and `best_of_n` its subsets ({"max_subsets",
+    "seed"}), None for the defaults.
     """
+    from stepcritic.eval import best_of_n as bon
+    from stepcritic.eval import sweep as sw
     from stepcritic.eval.bootstrap import settings
 
-    match = MATCHERS[matcher]()
+    match = MATCHERS[matcher]() if isinstance(matcher, str) else matcher
+    sweep = {"dev_fraction": sw.DEFAULT_DEV_FRACTION, "seed": sw.DEFAULT_SEED, **(sweep or {})}
+    best_of_n = {"max_subsets": bon.DEFAULT_MAX_SUBSETS, "seed": bon.DEFAULT_SEED, **(best_of_n or {})}
+    # one split for every judge and every breakdown: a question chooses thresholds or is tested, never both
+    dev = sw.dev_groups((c["group_id"] for c in gold), sweep["dev_fraction"], sweep["seed"])
+    options = {"dev": dev, "best_of_n": best_of_n}
     plan = {field: spec for field, spec in breakdown_plan(gold).items()
             if any(m.level in spec["levels"] for m in T.metrics_for(tasks))}
     judges = {}
     for name, preds in predictions.items():
         matches = explanation_matches(gold, preds, match) if preds else []
-        data = JudgeData(gold, preds, picks[name], match, matches, (verifier or {}).get(name), rpts)
+        data = JudgeData(gold, preds, picks[name], match, matches, (verifier or {}).get(name), rpts,
+                         (corrections or {}).get(name), options)
         judges[name] = {"overall": section(data, tasks),
                         "breakdowns": {field: _breakdown(data, tasks, field, spec) for field, spec in plan.items()}}
     return {"tasks": list(tasks), "matcher": match.name, "n_chains": len(gold),
             "n_steps": sum(len(c["steps"]) for c in gold), "n_questions": len({c["group_id"] for c in gold}),
-            "bootstrap": settings(), "breakdowns": plan, "judges": judges}
+            "bootstrap": settings(), "breakdowns": plan, "judges": judges,
+            "sweep": {**sweep, "n_dev_questions": len(dev), "dev_questions": sorted(dev)}, "best_of_n": best_of_n}

@@ -63,7 +63,7 @@ def gold_view(dataset) -> list[dict]:
     from stepcritic.eval import verifier
 
     columns = ["chain_id", "group_id", "source", "generator", "category", "question", "final_answer",
-               "answer_correct", "chain_correct", "steps"]
+               "reference_answer", "answer_correct", "chain_correct", "steps"]
     gold = []
     for chain in dataset.select_columns(columns).to_list():
         chain_targets, step_targets = verifier.targets(chain)  # the human labels of MiCEval's verifier tasks
@@ -72,7 +72,10 @@ def gold_view(dataset) -> list[dict]:
             "generator": chain["generator"], "category": chain["category"],
             "answer_correct": chain["answer_correct"], "chain_correct": chain["chain_correct"],
             "digest": chain_digest(chain), "verifier": chain_targets,
-            "steps": [dict({k: s[k] for k in GOLD_STEP_FIELDS}, verifier=targets)
+            # the texts, for what shows a chain to a model after judging: the corrector, an LLM explanation matcher
+            "question": chain["question"], "final_answer": chain["final_answer"],
+            "reference_answer": chain["reference_answer"],
+            "steps": [dict({k: s[k] for k in GOLD_STEP_FIELDS}, verifier=targets, text=s["text"])
                       for s, targets in zip(chain["steps"], step_targets)],
         })
     if len({g["chain_id"] for g in gold}) != len(gold):
@@ -300,11 +303,15 @@ def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions:
 
 
 def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_TASKS, limit: int | None = None,
-             matcher: str = "lexical", progress: bool = True, log=print, rpts=None, tree_builder=None) -> dict:
+             matcher="lexical", progress: bool = True, log=print, rpts=None, tree_builder=None, corrector=None,
+             sweep: dict | None = None, best_of_n: dict | None = None) -> dict:
     """Judge, cache, and write predictions.jsonl, metrics.json, report.md and plots/ under `out_dir`.
 
     `rpts` holds RPTS's settings (`rpts.Settings`, None for the defaults) and `tree_builder` the generative judge
-    that restates chains without premises as trees (`rpts_tree`); both only matter to the `rpts` task.
+    that restates chains without premises as trees (`rpts_tree`); both only matter to the `rpts` task. `matcher` is
+    "lexical", "embedding", "judge:SPEC" (`judge_matcher.build`) or a matcher object. `corrector` is the generative
+    judge of the `correction` task (None: each generative judge corrects its own critiques). `sweep`
+    ({"dev_fraction", "seed"}) and `best_of_n` ({"max_subsets", "seed"}) override those tasks' defaults.
     """
     from stepcritic.eval import report, results
 
@@ -321,7 +328,13 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_
     gold = gold_view(plain)
     needs = {registry.TASKS[t].needs for t in tasks}
     questions = shifted_questions(shiftcheck_questions(gold)) if "picks" in needs else []
-    wants_critiques, wants_verifier = "critiques" in needs, "verifier" in needs
+    wants_critiques, wants_verifier = bool(needs & {"critiques", "corrections"}), "verifier" in needs
+    if corrector is not None and "correction" not in tasks:
+        raise EvalError("a corrector only serves the correction task: add --tasks correction")
+    if "correction" in tasks:
+        from stepcritic.eval.correction import check
+
+        check(judges, corrector)
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
@@ -343,14 +356,35 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_
     runs.update(earlier)
     write_jsonl_atomic(os.path.join(out_dir, "predictions.jsonl"),
                        (p for run in runs.values() for p in run["predictions"]))
-    metrics = results.compute_metrics(gold, {name: r["predictions"] for name, r in runs.items()},
-                                      {name: r["picks"] for name, r in runs.items()}, tasks=tasks, matcher=matcher,
-                                      verifier={name: r["verifier"] for name, r in runs.items()}, rpts=rpts)
+    corrections = None
+    if "correction" in tasks:
+        from stepcritic.eval import correction
+
+        decoded = decoded if decoded is not None else load_dataset(chains_path, True, limit)  # correctors see it
+        corrections = correction.run(gold, runs, {j.name: j for j in judges}, corrector, decoded.__getitem__,
+                                     out_dir, progress)
+    from stepcritic.eval.judge_matcher import build as build_matcher
+
+    match = build_matcher(matcher, out_dir, progress) if isinstance(matcher, str) else matcher
+    try:
+        metrics = results.compute_metrics(gold, {name: r["predictions"] for name, r in runs.items()},
+                                          {name: r["picks"] for name, r in runs.items()}, tasks=tasks, matcher=match,
+                                          verifier={name: r["verifier"] for name, r in runs.items()}, rpts=rpts,
+                                          corrections=corrections, sweep=sweep, best_of_n=best_of_n)
+    finally:
+        if match is not matcher and hasattr(match, "close"):
+            match.close()
     for name, result in runs.items():
         metrics["judges"][name].update(run=result["run"], fingerprint=result["fingerprint"])
     metrics["earlier_judges"] = {"included": sorted(earlier), "left_out": left_out}
     if rpts_block is not None:
         metrics["rpts"] = rpts_block
+    if hasattr(match, "requests"):
+        metrics["matcher_requests"] = match.requests
+    if corrections is not None:
+        metrics["correction"] = {"corrector": None if corrector is None else corrector.name,
+                                 "correctors": {name: c and c["corrector"] for name, c in corrections.items()},
+                                 "requests": {name: c and c["requests"] for name, c in corrections.items()}}
     report.write_report(metrics, out_dir)
     for name in names + sorted(earlier):
         log(report.summary_line(name, metrics["judges"][name]))

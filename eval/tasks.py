@@ -6,11 +6,11 @@ inside the task's section), its direction, what it is aggregated over and its co
 those tasks is there; `report` draws its tables from this list; the README's evaluation section lists it.
 A metric that is not registered is not advertised, and a registered one cannot go missing unnoticed.
 
-A new task (correction, best-of-N) adds a `Task`, its `Metric`s and its section function
-in `results.TASK_SECTIONS`; the runner, the command line and the report pick it up from here.
+A new task adds a `Task`, its `Metric`s and its section function in `results.TASK_SECTIONS`; the runner, the
+command line and the report pick it up from here.
 
-Only the standard library (and `metrics`, `verifier` and `data_prep.prompts`, themselves stdlib at the top) is
-imported: `stepcritic eval --help` reads the task names from here.
+Only the standard library (and `metrics`, `best_of_n`, `verifier` and `data_prep.prompts`, themselves stdlib at the
+top) is imported: `stepcritic eval --help` reads the task names from here.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS
+from stepcritic.eval import best_of_n as BON
 from stepcritic.eval import metrics as M
 from stepcritic.eval.verifier import TABLE_2_ORDER
 
@@ -26,8 +27,9 @@ from stepcritic.eval.verifier import TABLE_2_ORDER
 @dataclass(frozen=True)
 class Task:
     name: str
-    needs: str        # what the runner asks each judge for: "critiques" (one per chain), "picks" (ShiftCheck) or
-    #                   "verifier" (the answers to every verifier task, `eval/verifier.py`)
+    needs: str        # what the runner asks each judge for: "critiques" (one per chain), "picks" (ShiftCheck),
+    #                   "verifier" (the answers to every verifier task, `eval/verifier.py`) or "corrections"
+    #                   (critiques, then a corrector's answers after them, `eval/correction.py`)
     description: str
     default: bool = True  # run when `--tasks` is not given; off for tasks that multiply a judge's requests
 
@@ -71,6 +73,11 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          default=False),
     Task("rpts", "critiques", "each chain's reasoning tree scored with the judge's step scores, the RPTS filter and "
          "accuracy before and after it (RPTS)"),
+    Task("best-of-n", "critiques", "the chain each judge scores highest among N candidates of a question, against "
+         "random pick, majority vote and the oracle, for N = 1, 2, 4, ... (PRM best-of-N selection)"),
+    # opt-in: two corrector requests per chain and judge, and a corrector to name
+    Task("correction", "corrections", "a corrector revises each chain's answer given the gold critique and given the "
+         "judge's own: PCR, NCR and correction gain (VISCO Sec. 3.1.2)", default=False),
 )}
 
 NO_VERDICTS = "the judge gives no step verdicts, or no scored step is incorrect"
@@ -148,6 +155,20 @@ _METRICS = [
            "over chains with annotated premises", "Somers' D of the judge's RPTS against the human RPTS "
            "(RPTS Sec. 3, tree-weighted step scores)", M.rpts_chain, "chain",
            "no chain has its premises annotated, or the judge gives no step scores", table="diagnostics"),
+    Metric("step_sweep_threshold", "critique", "step.sweep.threshold", "Dev threshold", None,
+           "chosen on the dev questions' steps", "the P(incorrect) threshold (1 - step score) with the best step F1 on "
+           "the dev split of the questions (`--sweep-dev`), the candidates being the dev scores", M.step_f1, "step",
+           NO_SCORES.replace("all of one class", "without an incorrect one on the dev questions"), table="sweep",
+           scale=1),
+    Metric("step_sweep_f1", "critique", "step.sweep.f1", "Step F1 @ dev thr.", True,
+           "pooled over the steps of the other (test) questions",
+           "VISCO's step F1 on the test questions, flagging a step when 1 - its score reaches the dev threshold: "
+           "the best-F1 threshold never chosen on the steps it is scored on", M.step_f1, "step",
+           NO_SCORES + ", or no test step is incorrect", table="sweep"),
+    Metric("step_sweep_f1_default", "critique", "step.sweep.f1_default", "Step F1 own verdicts (test)", True,
+           "pooled over the same test steps", "step F1 of the judge's own verdicts on the same test steps, for "
+           "comparison with the swept threshold", M.step_f1, "step", NO_SCORES + ", or no test step is incorrect",
+           table="sweep"),
     Metric("brier", "critique", "calibration.brier", "Brier", False, "mean over steps with a probability",
            "Brier score of the judge's p_incorrect against the gold step labels (calibration)", M.calibration,
            "step", "the judge gives no step probabilities, or the steps are all of one class",
@@ -250,6 +271,60 @@ _METRICS += [
     Metric("rpts_somers_d", "rpts", "correlation.d", "Somers' D vs gold RPTS", True, "over chains with both RPTS",
            "Somers' D(judge RPTS | gold RPTS), MiCEval's statistic on RPTS's chain scores", M.somers_d, "chain",
            NO_RPTS_HUMAN + ", or the gold RPTS is constant", table="rpts"),
+]
+# ------------------------------------------------------------------ best-of-N (`eval/best_of_n.py`)
+NO_QUESTIONS = "no question has two or more chains with a known answer label"
+BON_SELECTORS = {  # selector: (column, what picks)
+    "chain": ("BoN chain score", "the judge's chain score (a reward model's, a generative judge's rating, a "
+              "critique's share of steps judged correct)"),
+    "min": ("BoN min", "the lowest of the chain's step scores (the usual PRM aggregation)"),
+    "mean": ("BoN mean", "the mean of the chain's step scores"),
+    "last": ("BoN last", "the score of the chain's final step"),
+}
+BON_REFERENCES = {  # reference: (column, what it is)
+    "random": ("Random pick", "expected accuracy of a uniform pick among the chains (the share of right answers)",
+               BON.random_accuracy),
+    "majority": ("Majority vote", "accuracy of the most frequent final answer among the chains (self-consistency), "
+                 "ties shared", BON.majority_accuracy),
+    "oracle": ("Oracle", "share of questions with at least one right chain: the ceiling of any selector",
+               BON.oracle_accuracy),
+}
+_BON_OVER = "mean over questions with two or more chains of known answer label, each with all its chains"
+_METRICS += [
+    Metric(f"bon_{selector}", "best-of-n", f"full.{selector}", display, True, _BON_OVER,
+           f"accuracy of the answer of the chain picked by {what}; a tie for the top shares its expected accuracy",
+           BON.pick_accuracy, "group",
+           f"{NO_QUESTIONS}, or the judge gives no {'chain' if selector == 'chain' else 'step'} score",
+           table="best_of_n", headline=selector == "chain")
+    for selector, (display, what) in BON_SELECTORS.items()
+] + [
+    # the same for every judge (they do not depend on its scores): no direction, nothing bolded
+    Metric(f"bon_{ref}", "best-of-n", f"full.{ref}", display, None, _BON_OVER, what, fn, "group", NO_QUESTIONS,
+           table="best_of_n")
+    for ref, (display, what, fn) in BON_REFERENCES.items()
+]
+# ------------------------------------------------------------------ correction (`eval/correction.py`)
+NO_CORRECTOR = "the judge has no corrector (give --corrector, or use a generative judge)"
+_CORRECTION_CRITIQUES = {"gold": ("gold critique", "the data's critique (VISCO's human critique)"),
+                         "own": ("own critique", "the judge's own critique")}
+_METRICS += [
+    m for setting, (short, what) in _CORRECTION_CRITIQUES.items() for m in (
+        Metric(f"correction_{setting}_pcr", "correction", f"{setting}.pcr", f"PCR ({short})", True,
+               "over chains whose answer was wrong",
+               f"share of wrong answers the corrector makes right after {what}, VISCO's PCR (Sec. 3.1.2)",
+               M.correction_gain, "chain",
+               f"{NO_CORRECTOR}{'' if setting == 'gold' else ', the judge gives no critique'}, or no answer was wrong",
+               table="correction"),
+        Metric(f"correction_{setting}_ncr", "correction", f"{setting}.ncr", f"NCR ({short})", False,
+               "over chains whose answer was right",
+               f"share of right answers the corrector makes wrong after {what}, VISCO's NCR (Sec. 3.1.2)",
+               M.correction_gain, "chain",
+               f"{NO_CORRECTOR}{'' if setting == 'gold' else ', the judge gives no critique'}, or no answer was right",
+               table="correction"),
+        Metric(f"correction_{setting}_gain", "correction", f"{setting}.gain", f"Gain ({short})", True,
+               "PCR - NCR", f"VISCO's correction gain after {what} (Sec. 3.1.2)", M.correction_gain, "chain",
+               "PCR or NCR is undefined", table="correction", headline=setting == "own"),
+    )
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}
 if len(METRICS) != len(_METRICS) or any(m.task not in TASKS for m in _METRICS):

@@ -2,8 +2,8 @@
 
 One `evaluate` run on synthetic chains with judges that between them can produce every metric (a noisy
 oracle that gives verdicts, probabilities, explanations, answer verdicts, chain scores and verifier answers; the
-random baseline, whose random chain scores fail 4-option ShiftCheck questions) must hold every registered metric
-of the tasks run, overall and per breakdown, with a value from at least one judge.
+random baseline, whose random chain scores fail 4-option ShiftCheck questions; a corrector for the correction task)
+must hold every registered metric of the tasks run, overall and per breakdown, with a value from at least one judge.
 """
 
 import hashlib
@@ -11,12 +11,13 @@ import json
 import os
 
 import pytest
+from test_eval_correction import GullibleCorrector
 from test_eval_verifier import gold_labels
 
 from stepcritic.data_prep.prompts import VERIFIER_TASKS
 from stepcritic.data_prep.schema import save_chains
 from stepcritic.data_prep.synth import synthesize
-from stepcritic.eval import intervals, results, verifier
+from stepcritic.eval import correction, intervals, results, verifier
 from stepcritic.eval.judges.base import Critique, Judge
 from stepcritic.eval.runner import TASKS, build_judge, evaluate
 from stepcritic.eval.tasks import METRICS, find, has, lookup, metrics_for
@@ -92,7 +93,11 @@ def run(tmp_path_factory):
     save_chains(synthetic_chains(), str(root / "chains"))
     out = str(root / "out")
     judges = [NoisyOracle("noisy-oracle"), build_judge("random,rate=0.3,seed=0"), build_judge("always-correct")]
-    metrics = evaluate(str(root / "chains"), judges, out, tasks=TASKS, progress=False, log=lambda line: None)
+    GullibleCorrector.REFERENCES = {GullibleCorrector.chain_key(c["question"], [s["text"] for s in c["steps"]],
+                                                                c["final_answer"]): c["reference_answer"]
+                                    for c in synthetic_chains()}
+    metrics = evaluate(str(root / "chains"), judges, out, tasks=TASKS, progress=False, log=lambda line: None,
+                       corrector=GullibleCorrector("py:test_eval_correction.GullibleCorrector"))
     with open(os.path.join(out, "metrics.json")) as f:
         assert json.load(f) == json.loads(json.dumps(metrics))
     with open(os.path.join(out, "report.md")) as f:
@@ -172,8 +177,9 @@ def test_each_question_drawn_once_reproduces_every_headline_value(run):
     from stepcritic.eval.matchers import LexicalMatcher
 
     matcher = LexicalMatcher(0.5)
+    corrections = correction.read_back(os.path.join(run["out"], "corrections.jsonl"), gold, "noisy-oracle")
     data = results.JudgeData(gold, preds, picks, matcher, results.explanation_matches(gold, preds, matcher),
-                             verifier.read(os.path.join(cache, folder), gold))
+                             verifier.read(os.path.join(cache, folder), gold), corrections=corrections)
     boot = intervals.GroupBootstrap(sorted({c["group_id"] for c in gold}), n_resamples=1)
     boot.counts[:] = 1.0
     overall = run["metrics"]["judges"]["noisy-oracle"]["overall"]

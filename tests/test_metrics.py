@@ -327,13 +327,15 @@ def test_registry_lists_every_reported_metric_with_its_direction():
                 "somers_d_chain", "choice_ranking_accuracy", "circular_accuracy", "consistency", "bias_rate"}
     assert expected <= set(METRICS)
     lower_is_better = {name for name, m in METRICS.items() if m.higher_is_better is False}
-    assert {"bias_rate", "invalid_rate", "brier", "verifier_invalid_rate"} == lower_is_better
+    assert {"bias_rate", "invalid_rate", "brier", "verifier_invalid_rate", "correction_gold_ncr",
+            "correction_own_ncr"} == lower_is_better  # NCR: right answers a corrector made wrong (VISCO)
     assert {m.name for m in METRICS.values() if m.headline} == {
         "step_f1", "step_auroc", "answer_f1", "viscore", "invalid_rate", "choice_ranking_accuracy",
-        "circular_accuracy", "verifier_avg"}
+        "circular_accuracy", "verifier_avg", "bon_chain", "correction_own_gain"}
     for m in METRICS.values():
         assert m.task in TASKS and callable(m.fn) and m.aggregation and m.description and m.undefined
-        assert m.level in ("step", "chain", "group") and m.table in ("leaderboard", "diagnostics", "verifier", "rpts")
+        assert m.level in ("step", "chain", "group") and m.table in (
+            "leaderboard", "diagnostics", "verifier", "rpts", "sweep", "best_of_n", "correction")
     section = {"critique": {"step": {"f1": 0.5, "f1_ci": [0.4, 0.6]}, "viscore": None}}
     assert lookup(section, METRICS["step_f1"]) == 0.5 and lookup(section, METRICS["step_f1"], ci=True) == [0.4, 0.6]
     assert has(section, METRICS["viscore"]) and not has(section, METRICS["answer_f1"])

@@ -22,7 +22,9 @@ question. Modes:
 from __future__ import annotations
 
 import copy
+import itertools
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from stepcritic.data_prep.critique import SCORE_SCALE, parse_critique, parse_label, parse_letter, parse_score
@@ -127,6 +129,18 @@ class GenerativeJudge(Judge):
 
     def generate(self, prompts: list[Prompt]) -> list[Reply]:
         raise NotImplementedError
+
+    def generate_stream(self, prompts: Iterable[Prompt]) -> Iterator[tuple[int, Reply]]:
+        """`(index, reply)` for every prompt, as each is answered, for callers that save every answer before asking
+        for the next one (the corrector, the explanation matcher: `eval/asking.py`). `prompts` is read lazily. This
+        default answers `batch_size` prompts at a time with `generate`, so a killed run loses at most one batch; the
+        OpenAI-compatible judge keeps its pool full and loses at most `concurrency`."""
+        prompts = iter(prompts)
+        start = 0
+        while batch := list(itertools.islice(prompts, max(1, self.batch_size))):
+            for offset, reply in enumerate(self.generate(batch)):
+                yield start + offset, reply
+            start += len(batch)
 
     # -------------------------------------------------------------- fingerprint
 

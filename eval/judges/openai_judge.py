@@ -168,6 +168,40 @@ class OpenAIJudge(GenerativeJudge):
                 yield index, self.read_replies(chain, replies)
                 unsaved -= len(replies)
 
+    def generate_stream(self, prompts: Iterable[Prompt]) -> Iterator[tuple[int, Reply]]:
+        """`(index, reply)` as each request is answered, the pool kept full: a new prompt goes out as soon as an
+        earlier reply has been handed over (and saved), never more than `concurrency` unsaved at once, so a kill
+        costs at most `concurrency` requests. As in `judge_stream`, `concurrency` failures before any answer (or
+        every request, when fewer are asked) mean the endpoint is unusable."""
+        pending = enumerate(prompts)
+        more = True
+        finished: queue.SimpleQueue = queue.SimpleQueue()
+        unsaved = sent = failed = 0
+        while True:
+            while more and unsaved < self.concurrency:
+                item = next(pending, None)
+                if item is None:
+                    more = False
+                    break
+                index, prompt = item
+                future = self._pool.submit(self._request, prompt)
+                future.add_done_callback(lambda f, index=index: finished.put((index, f)))
+                unsaved += 1
+                sent += 1
+            if not unsaved:
+                return
+            index, future = finished.get()
+            reply = future.result()
+            if not self._reached:
+                if reply.error is None:
+                    self._reached = True
+                else:
+                    failed += 1
+                    if failed >= self.concurrency or (not more and failed == sent):
+                        raise self._unavailable(failed, reply.error)
+            yield index, reply
+            unsaved -= 1
+
     def _request(self, prompt: Prompt) -> Reply:
         body = json.dumps({"model": self.target, "messages": openai_messages(prompt),
                            "temperature": self.temperature, "max_tokens": self.max_tokens}).encode()

@@ -1,0 +1,196 @@
+"""`--tasks best-of-n`: a judge picks one of N candidate chains of a question; is the picked answer right?
+
+Best-of-N selection is what most process reward models are trained for (Lightman et al., 2023, "Let's Verify Step by
+Step", Sec. 2.6 and 3: a solution's score is the minimum of its step scores; VisualPRM, Wang et al., 2025, reports
+it on multimodal chains). The candidates of a question are the chains sharing its `group_id` whose answer label is
+known; a question counts when it has two or more. Every judge that scores chains picks with each of its selectors:
+- `chain`: its chain score (`results.chain_score`: a reward model's score, a generative judge's rating or, for a
+  critique, the share of steps judged correct);
+- `min`, `mean`, `last`: its step scores (`results.step_scores`: 1 - P(incorrect), else the verdict as 1/0)
+  aggregated PRM-style over the steps it scored (`last`: the final step's score, None when that step has none).
+A selector the judge gives no score for is None throughout, never a random pick. The pick is the top-scored
+candidate; a tie for the top scores its expected accuracy, the share of right answers among the tied (a constant
+judge is exactly random pick), and a candidate without a score ranks below any score.
+
+Against three references, the same for every judge:
+- random pick: the expected accuracy of a uniform pick, the share of right answers (its expectation, not a draw);
+- majority vote: the most frequent final answer (answers compared by `correction.normalize_answer`; chains without
+  one abstain, ties shared as above);
+- oracle: right when any candidate is right.
+
+As a function of N (1, 2, 4, ... and the largest group size): for each question with at least N candidates, every
+N-subset when there are at most `max_subsets` of them, else `max_subsets` subsets drawn without replacement from a
+generator seeded by `seed` and the question's id (so a question gets the same subsets in every breakdown), each
+method averaged over the subsets, then over the questions. `full` is each question with all its candidates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from collections import defaultdict
+from itertools import combinations
+
+DEFAULT_MAX_SUBSETS = 32
+DEFAULT_SEED = 0
+SELECTORS = ("chain", "min", "mean", "last")
+REFERENCES = ("random", "majority", "oracle")
+METHODS = SELECTORS + REFERENCES
+
+
+# ----------------------------------------------------------------------------- one subset
+
+def pick_accuracy(scores: list[float | None], correct: list[bool]) -> float:
+    """Expected correctness of the top-scored candidate, ties shared; a candidate without a score ranks below every
+    score, and when none has one all tie (a random pick, as choice ranking treats such a group)."""
+    # rounded: a mean of equal step scores differs in its last bits with the number of steps, which is no preference
+    scores = [None if s is None else round(s, 9) for s in scores]
+    known = [s for s in scores if s is not None]
+    if not known:
+        return random_accuracy(correct)
+    top = [c for s, c in zip(scores, correct) if s == max(known)]
+    return sum(top) / len(top)
+
+
+def random_accuracy(correct: list[bool]) -> float:
+    """The expectation of a uniform random pick: the share of right answers."""
+    return sum(correct) / len(correct)
+
+
+def majority_accuracy(answers: list[str | None], correct: list[bool]) -> float:
+    """Expected correctness of the most frequent answer (ties shared over the tied answers, each answer right as
+    often as its chains are); candidates without an answer abstain, and with no answer at all it is a random pick."""
+    by_answer: dict[str, list[bool]] = defaultdict(list)
+    for a, c in zip(answers, correct):
+        if a is not None:
+            by_answer[a].append(c)
+    if not by_answer:
+        return random_accuracy(correct)
+    most = max(len(v) for v in by_answer.values())
+    tied = [v for v in by_answer.values() if len(v) == most]
+    return statistics.fmean(sum(v) / len(v) for v in tied)
+
+
+def oracle_accuracy(correct: list[bool]) -> float:
+    return float(any(correct))
+
+
+def subset_values(candidates: list[dict], selectors=SELECTORS) -> dict:
+    """Every method's accuracy on one set of candidates ({"correct", "answer", "scores": {selector: score}}); the
+    selectors not in `selectors` (the judge gives no such score) are None."""
+    correct = [c["correct"] for c in candidates]
+    out = {s: pick_accuracy([c["scores"].get(s) for c in candidates], correct) if s in selectors else None
+           for s in SELECTORS}
+    out.update(random=random_accuracy(correct), oracle=oracle_accuracy(correct),
+               majority=majority_accuracy([c["answer"] for c in candidates], correct))
+    return out
+
+
+# ----------------------------------------------------------------------------- subsets and curves
+
+def n_values(max_size: int) -> list[int]:
+    """1, 2, 4, ... below the largest group size, then that size."""
+    ns, n = [], 1
+    while n < max_size:
+        ns.append(n)
+        n *= 2
+    return ns + [max_size] if max_size >= 1 else []
+
+
+def subsets(size: int, n: int, group_id: str, max_subsets: int = DEFAULT_MAX_SUBSETS,
+            seed: int = DEFAULT_SEED) -> list[tuple[int, ...]]:
+    """The N-subsets of a question's candidates: all of them when there are at most `max_subsets`, else that many
+    drawn without replacement, from a generator seeded by `seed` and the question's id."""
+    import numpy as np
+
+    if math.comb(size, n) <= max_subsets:
+        return list(combinations(range(size), n))
+    digest = hashlib.sha256(f"{seed}\x00{group_id}\x00{n}".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "big"))
+    return [tuple(sorted(rng.choice(size, size=n, replace=False).tolist())) for _ in range(max_subsets)]
+
+
+def question_values(group_id: str, candidates: list[dict], n: int, max_subsets: int, seed: int,
+                    selectors=SELECTORS) -> dict:
+    """Each method's accuracy at N for one question, averaged over its N-subsets (None for a selector not given)."""
+    per_subset = [subset_values([candidates[i] for i in idx], selectors)
+                  for idx in subsets(len(candidates), n, group_id, max_subsets, seed)]
+    return {m: _mean([v[m] for v in per_subset]) for m in METHODS}
+
+
+def _mean(values: list) -> float | None:
+    return None if not values or any(v is None for v in values) else statistics.fmean(values)
+
+
+def given_selectors(questions: dict[str, list[dict]]) -> tuple[str, ...]:
+    """The selectors the judge gives a score for, on at least one candidate: it can pick with those only."""
+    return tuple(s for s in SELECTORS if any(c["scores"].get(s) is not None for cs in questions.values() for c in cs))
+
+
+def full_values(questions: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per question, each method's accuracy with all its candidates (N = its group size)."""
+    selectors = given_selectors(questions)
+    return {g: subset_values(questions[g], selectors) for g in sorted(questions)}
+
+
+def best_of_n(questions: dict[str, list[dict]], max_subsets: int = DEFAULT_MAX_SUBSETS,
+              seed: int = DEFAULT_SEED) -> dict:
+    """The best-of-N section for one judge, from its candidates per question (`candidates`).
+
+    `curve[method][str(N)]` is the mean over questions with at least N candidates; `full[method]` the mean over
+    every question with all its candidates. A selector the judge gives no score for is None; everything is None
+    when no question has two candidates with a known answer label.
+    """
+    selectors = given_selectors(questions)
+    sizes = {g: len(c) for g, c in questions.items()}
+    ns = n_values(max(sizes.values(), default=0))
+    curve: dict[str, dict] = {m: {} for m in METHODS}
+    n_questions = {}
+    for n in ns:
+        counted = [g for g in sorted(questions) if sizes[g] >= n]
+        n_questions[str(n)] = len(counted)
+        values = [question_values(g, questions[g], n, max_subsets, seed, selectors) for g in counted]
+        for m in METHODS:
+            curve[m][str(n)] = _mean([v[m] for v in values])
+    per_question = full_values(questions)
+    full = {m: _mean([v[m] for v in per_question.values()]) for m in METHODS}
+    counts = defaultdict(int)
+    for size in sizes.values():
+        counts[str(size)] += 1
+    return {"n_questions": len(questions), "group_sizes": dict(sorted(counts.items(), key=lambda kv: int(kv[0]))),
+            "ns": ns, "n_questions_at": n_questions, "curve": curve, "full": full,
+            "selectors": list(selectors), "subsets": {"max": max_subsets, "seed": seed}}
+
+
+# ----------------------------------------------------------------------------- from gold and predictions
+
+def selector_scores(pred: dict) -> dict:
+    """A judge's score of one chain under every selector (None where it gives none)."""
+    from stepcritic.eval.results import chain_score, step_scores
+
+    steps = step_scores(pred)
+    known = [s for s in steps if s is not None]
+    return {"chain": chain_score(pred), "min": min(known) if known else None,
+            "mean": statistics.fmean(known) if known else None, "last": steps[-1] if steps else None}
+
+
+def candidates(gold: list[dict], preds: list[dict]) -> dict[str, list[dict]]:
+    """Per question (group_id) with two or more chains of known answer label: its candidates, by chain_id."""
+    from stepcritic.eval.correction import normalize_answer
+
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for chain, pred in sorted(zip(gold, preds), key=lambda cp: cp[0]["chain_id"]):
+        if chain["answer_correct"] is None:
+            continue
+        answer = chain.get("final_answer")
+        groups[chain["group_id"]].append({"correct": bool(chain["answer_correct"]),
+                                          "answer": normalize_answer(answer) if answer else None,
+                                          "scores": selector_scores(pred)})
+    return {g: c for g, c in groups.items() if len(c) >= 2}
+
+
+def section(gold: list[dict], preds: list[dict], max_subsets: int = DEFAULT_MAX_SUBSETS,
+            seed: int = DEFAULT_SEED) -> dict:
+    """The best-of-n section of one judge (`results.TASK_SECTIONS`)."""
+    return best_of_n(candidates(gold, preds), max_subsets, seed)
