@@ -5,6 +5,7 @@ fake OpenAI-compatible server."""
 import json
 import os
 import re
+import time
 
 import pytest
 from helpers import chain, step
@@ -215,3 +216,55 @@ def test_cli_corrector_options_fail_in_one_line(chains_dir, tmp_path, capsys):
     assert code == 2 and "only serves the correction task" in err
     code, err = run("--tasks", "correction", "--corrector", "majority")
     assert code == 2 and "is not a generative judge" in err and "Traceback" not in err
+
+
+def test_the_api_pool_stays_full_but_never_holds_more_than_concurrency_unsaved():
+    from stepcritic.data_prep.prompts import user_turn
+    from stepcritic.eval.judges.generative import Prompt
+
+    with FakeOpenAIServer(latency=0.05) as server:
+        judge = build_judge(f"openai:fake,base_url={server.base_url},concurrency=3")
+        try:
+            stream = judge.generate_stream(Prompt([user_turn(f"Question {i}?")], []) for i in range(20))
+            got = [next(stream) for _ in range(5)]  # the caller saves each before asking for the next
+            stream.close()  # killed here
+            time.sleep(0.3)
+        finally:
+            judge.close()
+        assert sorted(i for i, _ in got) == sorted(set(i for i, _ in got)) and all(r.error is None for _, r in got)
+        assert len(server.requests) <= 5 + 3 and server.max_in_flight <= 3
+
+
+class FailsAfter(GenerativeJudge):
+    """Answers `limit` prompts, one at a time, then fails as a dying server would."""
+
+    kind = "test-fails-after"
+    needs_images = False
+    OPTIONS = {**GenerativeJudge.OPTIONS, "limit": int}
+    answered = 0
+
+    def __init__(self, spec, limit=3, **options):
+        super().__init__(spec, limit=limit, batch_size=1, **options)
+        self.limit = limit
+
+    def generate(self, prompts):
+        if type(self).answered >= self.limit:
+            raise ConnectionError("the server went away")
+        type(self).answered += len(prompts)
+        return [Reply(text=f"Answer: {len(p.messages)}") for p in prompts]
+
+
+def test_answers_saved_before_a_failure_are_not_asked_again(tmp_path):
+    from stepcritic.eval.asking import ask
+    from stepcritic.eval.cache import JsonlLog
+    from stepcritic.eval.judges.generative import Prompt
+
+    log = JsonlLog(str(tmp_path / "answers.jsonl"), "key")
+    jobs = [(f"k{i}", lambda: Prompt([], [])) for i in range(6)]
+    FailsAfter.answered = 0
+    with pytest.raises(EvalError, match="failed after 3 of 6 prompts"):
+        ask(FailsAfter("fails", limit=3), jobs, log, "correction", progress=False)
+    assert sorted(log.load()) == ["k0", "k1", "k2"]
+    FailsAfter.answered = 0
+    counts = ask(FailsAfter("fails", limit=10), jobs, log, "correction", progress=False)
+    assert (counts["asked"], counts["cached"], FailsAfter.answered) == (3, 3, 3)
