@@ -33,11 +33,12 @@ def approx_bytes(value) -> int:
 class RowWriter:
     """Rows of `features` into the Arrow file at `path`, flushed in batches bounded by rows and bytes."""
 
-    def __init__(self, path: str, features, max_rows: int = MAX_BATCH_ROWS, max_bytes: int = MAX_BATCH_BYTES):
+    def __init__(self, path: str, features, max_rows: int | None = None, max_bytes: int | None = None):
         from datasets.arrow_writer import ArrowWriter
 
         self.path, self.features = path, features
-        self.max_rows, self.max_bytes = max_rows, max_bytes
+        self.max_rows = MAX_BATCH_ROWS if max_rows is None else max_rows
+        self.max_bytes = MAX_BATCH_BYTES if max_bytes is None else max_bytes
         self._writer = ArrowWriter(features=features, path=path)
         self._rows: list[dict] = []
         self._bytes = 0

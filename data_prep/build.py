@@ -185,7 +185,7 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
     split_info, held_out = _split_groups(chains, test_fraction, seed)
     reader = _Reader(chains, step_labels["neutral"])
     context = _whole_split_context(kind, reader, held_out, mix, seed)
-    columns = build_rows.features(kind)
+    columns = build_rows.features(kind, step_labels.get("verifier_layout", "rows"))
     writers = {s: RowWriter(os.path.join(tmp, f"{s}.arrow"), columns) for s in SPLITS}
     produced = {s: build_rows._SplitRows() for s in SPLITS}
     batches = reader.batches()
@@ -212,7 +212,8 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
 
 def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts.PromptTemplate | None = None,
                   pref_mix: dict | str | None = None, neutral: str = "skip", step_targets: str = "hard",
-                  prm_notes: bool = False) -> tuple[prompts.PromptTemplate, dict | None]:
+                  prm_notes: bool = False,
+                  verifier_layout: str = "rows") -> tuple[prompts.PromptTemplate, dict | None]:
     """Check the build options before any chain is read; returns the loaded template and the parsed mix.
 
     `test_fraction` may be 0 here (everything in train); the command line asks for a held-out split.
@@ -229,6 +230,11 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
         raise BuildError(f"step_targets must be one of {list(labels.STEP_TARGETS)}, got {step_targets!r}")
     if step_targets != "hard" and kind != "prm-sft":
         raise BuildError(f"--step-targets {step_targets} only applies to kind 'prm-sft', not {kind!r}")
+    if verifier_layout not in build_rows.VERIFIER_LAYOUTS:
+        raise BuildError(f"verifier_layout must be one of {list(build_rows.VERIFIER_LAYOUTS)}, "
+                         f"got {verifier_layout!r}")
+    if verifier_layout != "rows" and kind != "verifier-sft":
+        raise BuildError(f"--verifier-layout {verifier_layout} only applies to kind 'verifier-sft', not {kind!r}")
     if prm_notes and kind != "prm-sft":
         raise BuildError(f"--prm-notes only applies to kind 'prm-sft', not {kind!r}")
     try:
@@ -241,16 +247,21 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
 
 def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, seed: int = 0,
                   template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None,
-                  neutral: str = "skip", step_targets: str = "hard", prm_notes: bool = False) -> dict:
+                  neutral: str = "skip", step_targets: str = "hard", prm_notes: bool = False,
+                  verifier_layout: str = "rows") -> dict:
     """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats.
 
-    `prm_notes` (prm-sft): each judgement comes after the step as it should read (`prompts.prm_note`)."""
+    `prm_notes` (prm-sft): each judgement comes after the step as it should read (`prompts.prm_note`).
+    `verifier_layout` (verifier-sft): "rows", "task" or "chain" (`build_rows.VERIFIER_LAYOUTS`)."""
     from stepcritic.data_prep.card import write_card
 
-    loaded_template, mix = check_options(kind, test_fraction, template, pref_mix, neutral, step_targets, prm_notes)
+    loaded_template, mix = check_options(kind, test_fraction, template, pref_mix, neutral, step_targets, prm_notes,
+                                         verifier_layout)
     step_labels = {"neutral": neutral, "step_targets": step_targets}
     if kind == "prm-sft":
         step_labels["prm_notes"] = prm_notes
+    if kind == "verifier-sft":
+        step_labels["verifier_layout"] = verifier_layout
     os.makedirs(out_dir, exist_ok=True)
     with temp_dir_beside(out_dir, ".build-") as tmp:
         writers, produced, info = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp, step_labels,
@@ -278,6 +289,8 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
     if kind == "prm-sft":
         stats["step_targets"] = step_targets
         stats["prm_notes"] = prm_notes
+    if kind == "verifier-sft":
+        stats["verifier_layout"] = verifier_layout
     if mix is not None:
         stats["pref_mix"] = {"weights": mix,
                              "realised": dict(sum((produced[s].labels for s in SPLITS), Counter()))}

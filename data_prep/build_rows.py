@@ -12,7 +12,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from stepcritic.data_prep import critique, labels, pairs, prompts
+from stepcritic.data_prep import contract, critique, labels, pairs, prompts
 
 
 @dataclass
@@ -62,21 +62,58 @@ def _critique_sft(chains, template, out: _SplitRows, **_) -> None:
         _count_explanations(chain, out)
 
 
-def _verifier_sft(chains, template, out: _SplitRows, **_) -> None:
+# How verifier-sft lays out its (task, step) questions: "rows", one single-turn row each (the image in every row);
+# "task", one conversation per chain and task (the image once per task); "chain", one conversation per chain (the
+# image once). The conversations ask exactly the rows' questions, the first turn with the image and the others
+# after it, and train on every answer, as prm-sft does.
+VERIFIER_LAYOUTS = contract.VERIFIER_LAYOUTS
+
+
+def _verifier_items(chain: dict) -> list[tuple[str, int | None, str]]:
+    """(task, step index, gold label) of every question the chain can answer, task by task, steps in order."""
+    items = []
+    for task in prompts.VERIFIER_TASKS:
+        for index in [None] if task in prompts.CHAIN_LEVEL_TASKS else range(len(chain["steps"])):
+            label = prompts.verifier_target(task, chain, index)
+            if label is not None:
+                items.append((task, index, label))
+    return items
+
+
+def _verifier_conversations(items: list[tuple], layout: str) -> list[list[tuple]]:
+    if layout == "task":
+        by_task: dict[str, list[tuple]] = {}
+        for item in items:
+            by_task.setdefault(item[0], []).append(item)
+        return list(by_task.values())
+    # "chain": the chain-level questions first, answered from the image and the chain alone as at evaluation (after
+    # the steps' gold labels they could be read off them), then step by step, each step's tasks in task order
+    return [sorted(items, key=lambda item: (item[1] is not None, item[1] or 0))]  # a stable sort keeps task order
+
+
+def _verifier_sft(chains, template, out: _SplitRows, verifier_layout: str = "rows", **_) -> None:
     for chain in chains:
-        n_rows = len(out.rows)
-        for task in prompts.VERIFIER_TASKS:
-            indices = [None] if task in prompts.CHAIN_LEVEL_TASKS else range(len(chain["steps"]))
-            for index in indices:
-                label = prompts.verifier_target(task, chain, index)
-                if label is None:
-                    continue
+        items = _verifier_items(chain)
+        if not items:
+            out.skipped["no_verifier_labels"] += 1
+            continue
+        out.labels.update(f"{task}/{label}" for task, _, label in items)
+        if verifier_layout == "rows":
+            for task, index, label in items:
                 messages = prompts.verifier_messages(task, chain, index, template) + [prompts.assistant_turn(label)]
                 out.rows.append({"messages": messages, "task": task, "label": label, "step_index": index,
                                  **_ids(chain)})
-                out.labels[f"{task}/{label}"] += 1
-        if len(out.rows) == n_rows:
-            out.skipped["no_verifier_labels"] += 1
+            continue
+        for conversation in _verifier_conversations(items, verifier_layout):
+            messages = []
+            for task, index, label in conversation:
+                (turn,) = prompts.verifier_messages(task, chain, index, template)
+                if messages:  # the image goes with the first question only
+                    turn = prompts.user_turn("".join(p["text"] for p in turn["content"] if p["type"] == "text"))
+                messages += [turn, prompts.assistant_turn(label)]
+            out.rows.append({"messages": messages, "tasks": [t for t, _, _ in conversation],
+                             "labels": [label for _, _, label in conversation],
+                             "step_indices": [i for _, i, _ in conversation], **_ids(chain)})
 
 
 def _prm_sft(chains, template, out: _SplitRows, step_targets: str = "hard", prm_notes: bool = False, **_) -> None:
@@ -148,9 +185,15 @@ BUILDERS = {"critique-sft": _critique_sft, "verifier-sft": _verifier_sft, "prm-s
             "critique-pref": _critique_pref, "outcome-rm": _outcome_rm}
 
 
-def features(kind: str):
-    """The `datasets.Features` of a built dataset of `kind` (messages in TRL's vision format)."""
+def features(kind: str, verifier_layout: str = "rows"):
+    """The `datasets.Features` of a built dataset of `kind` (messages in TRL's vision format); verifier-sft in a
+    conversation layout has one list of tasks, labels and step indices per row (one per assistant turn)."""
     from datasets import Features, Image, List, Value
+
+    if kind == "verifier-sft" and verifier_layout != "rows":
+        return Features({"messages": features(kind)["messages"], "tasks": List(Value("string")),
+                         "labels": List(Value("string")), "step_indices": List(Value("int32")),
+                         "images": List(Image()), "chain_id": Value("string"), "group_id": Value("string")})
 
     part = {"type": Value("string"), "text": Value("string")}
     messages = List({"role": Value("string"), "content": List(part)})

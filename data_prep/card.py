@@ -18,6 +18,16 @@ KIND_DESCRIPTIONS = {
 }
 
 
+VERIFIER_LAYOUT_DESCRIPTIONS = {
+    layout: f"Conversational SFT: one multi-turn conversation per {unit}, asking the single-label verifier questions "
+            "(the same ones as one row per task and step) turn by turn, the image with the first; each assistant "
+            "turn is one gold label, and `tasks` / `labels` / `step_indices` list them in turn order "
+            f"(`--verifier-layout {layout}`)."
+    for layout, unit in (("task", "chain and verifier task"), ("chain", "chain (its chain-level question first, "
+                                                                         "then step by step)"))
+}
+
+
 def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -29,7 +39,8 @@ def card_text(stats: dict) -> str:
     labels = sorted(set().union(*(balance[s] for s in SPLITS)))
     lines = [
         f"# StepCritic dataset: {stats['kind']}", "",
-        KIND_DESCRIPTIONS[stats["kind"]],
+        KIND_DESCRIPTIONS[stats["kind"]] if stats.get("verifier_layout", "rows") == "rows"
+        else VERIFIER_LAYOUT_DESCRIPTIONS[stats["verifier_layout"]],
         *([f"Trains `method: {' / '.join(stats['methods'])}` (`stepcritic train`)."] if "methods" in stats else []),
         "Every row carries its image in `images` and TRL-style messages whose content is a list of parts.", "",
         "Load with `datasets.load_from_disk(<this folder>)`.", "",

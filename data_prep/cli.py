@@ -7,7 +7,7 @@ import json
 import sys
 
 from stepcritic.data_prep.contract import KIND_NAMES as BUILD_KINDS
-from stepcritic.data_prep.contract import KINDS, SPLITS
+from stepcritic.data_prep.contract import KINDS, SPLITS, VERIFIER_LAYOUTS
 from stepcritic.data_prep.ingest import FORMATS
 from stepcritic.data_prep.labels import NEUTRAL_POLICIES, SOFT_THRESHOLD, STEP_TARGETS
 from stepcritic.data_prep.synth import LEVELS
@@ -73,6 +73,12 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--step-targets", choices=STEP_TARGETS, default="hard",
                    help="prm-sft only: hard (default) trains on +/-; soft trains each step with a soft label towards "
                         "that probability of + (cross-entropy against the score)")
+    p.add_argument("--verifier-layout", choices=VERIFIER_LAYOUTS, default="rows",
+                   help="verifier-sft only: rows (default) is one single-turn row per task and step, each with the "
+                        "chain's image; task is one conversation per chain and task, chain one conversation per chain "
+                        "(the image once: MiCEval Normal writes 96 MB instead of 967 MB), asking the same questions "
+                        "turn by turn. The conversation layouts have list columns tasks/labels/step_indices, which "
+                        "`stepcritic train` does not read yet")
     p.add_argument("--prm-notes", action="store_true",
                    help="prm-sft only: before each +/- the PRM writes the step as it should read (the step itself "
                         "when correct, its correction or else its first reference critique when not); scoring then "
@@ -128,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
             raise BuildError(f"--test-fraction must be between 0 and 1 (the share of groups held out for the "
                              f"'test' split), got {args.test_fraction}")
         options = dict(template=args.template, pref_mix=args.pref_mix, neutral=args.neutral,
-                       step_targets=args.step_targets, prm_notes=args.prm_notes)
+                       step_targets=args.step_targets, prm_notes=args.prm_notes, verifier_layout=args.verifier_layout)
         check_options(args.kind, args.test_fraction, **options)  # before reading any chain
         stats = build_dataset(load_chains(args.chains), args.kind, args.out, test_fraction=args.test_fraction,
                               seed=args.seed, **options)

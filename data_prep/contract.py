@@ -18,6 +18,7 @@ from stepcritic.data_prep.splits import HELD_OUT, SPLITS, TRAIN
 from stepcritic.errors import UserError
 
 __all__ = ["TRAIN", "HELD_OUT", "SPLITS", "KINDS", "KIND_NAMES", "METHOD_KINDS", "STATS_FILE", "DataContractError",
+           "VERIFIER_LAYOUTS", "VERIFIER_CONVERSATION_COLUMNS",
            "built_kind", "missing_columns", "build_command"]
 
 STATS_FILE = "build_stats.json"
@@ -46,6 +47,12 @@ KINDS = {
     "outcome-rm": Kind((*_PAIR, "chosen_chain_id", "rejected_chain_id", "group_id"), _PAIR, ("reward",)),
 }
 KIND_NAMES = tuple(KINDS)
+# verifier-sft's layouts (`data build --verifier-layout`): "rows" has the columns above. "task" (one conversation
+# per chain and task) and "chain" (one per chain) store the image once per conversation and have, instead of
+# task/label/step_index, the lists `tasks`, `labels`, `step_indices` (one item per assistant turn, in order), so
+# training that reads task/label refuses them by their columns until it reads the lists.
+VERIFIER_LAYOUTS = ("rows", "task", "chain")
+VERIFIER_CONVERSATION_COLUMNS = ("messages", "images", "tasks", "labels", "step_indices", *_IDS)
 # method -> the kinds it trains on, default first. GRPO samples its own completions: it takes the critique
 # (or verifier) rows for their prompts and the gold labels its reward compares against.
 METHOD_KINDS = {method: tuple(kind for kind, spec in KINDS.items() if method in spec.methods)
