@@ -695,17 +695,16 @@ def iter_synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_ques
 
 
 class LabelStats:
-    """`label_stats` added up one chain at a time. A group's chains must come one after another (as `synthesize`
-    makes them): only the current group is held, for `group_stats`."""
+    """`label_stats` added up one chain at a time. Of each group it keeps only what `group_stats` asks (its chain
+    count, whether every chain is correct, the distinct step texts and answers, hashed), not the chains: two groups
+    can share an id (the same scene and question drawn twice), so no group is ever final before the end."""
 
     def __init__(self):
         self.chains = self.steps = self.incorrect = self.fully_correct = self.answers_correct = 0
         self.irrelevant = self.uninformative = self.propagated = self.independent = 0
         self.counters = {name: Counter() for name in ("step_types", "categories", "question_types",
                                                       "description_errors", "logic_errors")}
-        self.groups: set[str] = set()
-        self.group_counts = Counter()
-        self._group: list[dict] = []
+        self.groups: dict[str, list] = {}  # group id -> [chains, all correct, {hash of (step texts, answer)}]
 
     def add(self, c: dict) -> None:
         meta = schema.chain_meta(c)
@@ -725,22 +724,13 @@ class LabelStats:
                 self.counters["logic_errors"][s["logic_error"]] += 1
             self.irrelevant += s["description_relevance"] in ("image", "none")
             self.uninformative += s["informative"] is False
-        if self._group and self._group[0]["group_id"] != c["group_id"]:
-            self._close_group()
-        if c["group_id"] in self.groups and not self._group:
-            raise ValueError(f"{c['chain_id']}: group {c['group_id']} seen before; LabelStats needs a group's "
-                             "chains together (use label_stats)")
-        self.groups.add(c["group_id"])
-        # group_stats reads only these fields: keep them, not the steps' labels or the image
-        self._group.append({"group_id": c["group_id"], "final_answer": c["final_answer"],
-                            "chain_correct": c["chain_correct"], "steps": [{"text": s["text"]} for s in c["steps"]]})
-
-    def _close_group(self) -> None:
-        self.group_counts.update(group_stats(self._group))
-        self._group = []
+        group = self.groups.setdefault(c["group_id"], [0, True, set()])
+        group[0] += 1
+        group[1] = group[1] and bool(c["chain_correct"])
+        group[2].add(hash((tuple(s["text"] for s in c["steps"]), c["final_answer"])))
 
     def result(self) -> dict:
-        self._close_group()
+        multi = [g for g in self.groups.values() if g[0] > 1]
         return {
             "chains": self.chains, "groups": len(self.groups), "steps": self.steps,
             "steps_incorrect": self.incorrect, "step_error_rate": round(self.incorrect / max(self.steps, 1), 4),
@@ -748,23 +738,18 @@ class LabelStats:
             **{name: dict(counter) for name, counter in self.counters.items()},
             "irrelevant": self.irrelevant, "uninformative": self.uninformative, "propagated": self.propagated,
             "chains_independent_after_error": self.independent,
-            **{key: self.group_counts[key] for key in GROUP_STATS},
+            "groups_with_several_chains": len(multi),
+            "groups_identical_chains": sum(len(g[2]) == 1 for g in multi),
+            "groups_without_faulty_chain": sum(g[1] for g in multi),
         }
 
 
 def label_stats(chains: list[dict]) -> dict:
     """Counts of labels and injected faults, for the CLI report and for checking the mix."""
     totals = LabelStats()
-    groups: dict[str, list[dict]] = {}
-    for c in chains:  # LabelStats wants each group's chains together
-        groups.setdefault(c["group_id"], []).append(c)
-    for group in groups.values():
-        for c in group:
-            totals.add(c)
+    for c in chains:
+        totals.add(c)
     return totals.result()
-
-
-GROUP_STATS = ("groups_with_several_chains", "groups_identical_chains", "groups_without_faulty_chain")
 
 
 def group_stats(chains: list[dict]) -> dict:

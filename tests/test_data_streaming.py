@@ -163,6 +163,15 @@ def test_synth_to_disk_streams_the_chains_and_counts_of_synthesize(tmp_path):
     assert stats["groups_with_several_chains"] == 13  # ceil(40 / 3) = 14 groups, the last of one chain
 
 
+def test_synth_counts_groups_whose_chains_are_apart():
+    # the same scene and question drawn twice share a group id, far apart in the stream (seen at 200,000 chains)
+    chains = synth.synthesize(24, seed=5, image_size=32)
+    apart = chains[::2] + chains[1::2]
+    assert synth.label_stats(apart) == synth.label_stats(chains)
+    assert {k: synth.label_stats(apart)[k] for k in synth.group_stats(chains)} == synth.group_stats(chains)
+    assert synth.group_stats(chains)["groups_with_several_chains"] == 8
+
+
 def test_a_canonical_jsonl_loads_through_the_generator_and_sees_edits(tmp_path):
     (tmp_path / "a.png").write_bytes(png())
     path = canonical_file(tmp_path / "c.jsonl", [jsonl_record(i) for i in range(3)])

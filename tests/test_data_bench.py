@@ -1,0 +1,28 @@
+"""`python -m stepcritic.data_prep.bench` runs every stage for each N and reports them (a smoke run on a few chains;
+the benchmark's own numbers are the README's)."""
+
+import json
+
+from stepcritic.data_prep import bench
+
+
+def test_bench_reports_each_stage_for_each_n_and_the_time_ratio(tmp_path, capsys):
+    report_path = tmp_path / "report.json"
+    args = bench.make_parser().parse_args(["--n", "12", "6", "--kinds", "prm-sft", "outcome-rm",
+                                           "--workdir", str(tmp_path / "work"), "--json", str(report_path)])
+    assert bench.main(args) == 0
+    report = json.loads(report_path.read_text())
+    assert [run["n_chains"] for run in report["runs"]] == [6, 12]  # smallest first: the ratio's denominator
+    for run in report["runs"]:
+        assert [s["stage"] for s in run["stages"]] == ["synth", "ingest", "build/prm-sft", "build/outcome-rm"]
+        assert run["canonical_jsonl"]["chains"] == run["n_chains"]
+        assert all(s["ok"] and s["peak_rss_mib"] > 50 and s["chains_per_s"] > 0 for s in run["stages"])
+    assert report["scaling"]["n_ratio"] == 2 and set(report["scaling"]["time_ratio"]) == {
+        "synth", "ingest", "build/prm-sft", "build/outcome-rm"}
+    out = capsys.readouterr().out
+    assert "N = 12:" in out and "time ratio N=12 / N=6" in out and "under the 2 GB target" in out
+
+
+def test_bench_refuses_a_chain_count_below_one(capsys):
+    assert bench.main(bench.make_parser().parse_args(["--n", "0"])) == 2
+    assert "--n takes positive chain counts" in capsys.readouterr().err
