@@ -140,6 +140,21 @@ def test_ingest_lists_every_rejection_in_a_file_past_the_inline_limit(tmp_path, 
     assert ingest.ingest("jsonl", path, None, on_error="skip", log=lambda m: None)["rejected"] == listed
 
 
+def test_ingest_reads_parquet_a_batch_at_a_time_with_row_numbers(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "a.png").write_bytes(png())
+    records = [dict(jsonl_record(i), meta="{}") for i in range(300)]  # more rows than one read batch
+    records[280]["steps"] = []
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "in.parquet", row_group_size=100)
+    stats = ingest.ingest("jsonl", str(tmp_path / "in.parquet"), str(tmp_path / "out"), on_error="skip",
+                          log=lambda m: None)
+    assert (stats["n_records"], stats["n_chains"], stats["n_rejected"]) == (300, 299, 1)
+    assert stats["rejected"][0]["where"] == "in.parquet:row281"
+    assert load_from_disk(str(tmp_path / "out"))["chain_id"][-1] == "j299"
+
+
 def test_ingest_in_worker_processes_writes_the_same_chains(tmp_path, monkeypatch):
     monkeypatch.setattr(ingest, "NUM_PROC_WINDOW", 4)  # several windows
     (tmp_path / "a.png").write_bytes(png())
