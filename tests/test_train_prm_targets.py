@@ -115,3 +115,38 @@ def test_neutral_steps_are_out_of_the_loss(tmp_path):
     assert torch.equal(plain["input_ids"], batch["input_ids"])
     assert int(dropped.sum()) == sum(t is None for r in rows for t in r["step_targets"])
     assert (plain["labels"][dropped] == plus).all() and (batch["labels"][dropped] == -100).all()
+
+
+def test_the_soft_loss_projects_only_the_labelled_positions_onto_the_vocabulary(soft):
+    # A 152k-token vocabulary over image-length sequences makes the full logits gigabytes: the soft path must ask
+    # the LM head for the trained positions only, as TRL's fused head does for the hard path.
+    _, recipe = soft
+    trainer, model, train_data = trainer_for(recipe)
+    batch = trainer._prepare_inputs(trainer.data_collator([dict(train_data[i]) for i in range(len(train_data))]))
+    assert prm_targets.TARGETS in batch
+    projected = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, args, out: projected.append(out.shape))
+    try:
+        with torch.no_grad():
+            trainer.compute_loss(model, dict(batch))
+    finally:
+        hook.remove()
+    rows, length = batch["labels"].shape
+    trained_positions = int((batch["labels"][:, 1:] != -100).any(0).sum())
+    assert projected == [torch.Size([rows, trained_positions, model.config.get_text_config().vocab_size])]
+    assert trained_positions < length / 2
+
+
+def test_hard_targets_take_trls_fused_head_and_never_build_the_full_logits(soft):
+    _, recipe = soft
+    trainer, model, train_data = trainer_for(recipe)
+    batch = trainer._prepare_inputs(trainer.data_collator([dict(train_data[i]) for i in range(len(train_data))]))
+    batch.pop(prm_targets.TARGETS)
+    projected = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, args, out: projected.append(out.shape))
+    try:
+        with torch.no_grad():
+            loss = trainer.compute_loss(model, dict(batch))
+    finally:
+        hook.remove()
+    assert math.isfinite(float(loss)) and projected == []  # the fused head reads the weight in tiles instead

@@ -40,18 +40,32 @@ def apply_step_targets(batch: dict, judged, step_targets: list) -> None:
         batch[TARGETS] = targets
 
 
-def soft_judgement_loss(logits, labels, targets, positive_id: int, negative_id: int, num_items=None):
+def labelled_log_probs(model, inputs: dict, labels):
+    """Log-probabilities over the vocabulary at the labelled positions only, (tokens, vocabulary) in float32.
+
+    The LM head only projects the positions whose next token is labelled in some row (`logits_to_keep`): a PRM
+    labels a few tokens per step, so this never builds the (batch, sequence, vocabulary) logits, which for a
+    152k-token vocabulary and image-length sequences are gigabytes (the hard-target path gets the same from
+    TRL's fused LM head). The call goes through `model` itself, so DDP/DeepSpeed wrappers see the forward.
+    """
+    mask = labels[:, 1:] != -100
+    kept = mask.any(0).nonzero().flatten()  # positions t whose label t + 1 is trained in at least one row
+    logits = model(**inputs, use_cache=False, logits_to_keep=kept.to(inputs["input_ids"].device)).logits
+    return logits[mask[:, kept].to(logits.device)].float().log_softmax(-1)
+
+
+def soft_judgement_loss(log_probs, labels, targets, positive_id: int, negative_id: int, num_items=None):
     """SFT's token cross-entropy over the labelled tokens, except that a judgement with target p (not NaN) costs
     -(p log q(+) + (1 - p) log q(-)), which is the usual cost of `+` (p = 1) or `-` (p = 0) at the ends.
 
+    `log_probs` are those of the labelled positions (`labelled_log_probs`), row by row in position order.
     Normalised like SFTTrainer's loss: by `num_items` (the labelled tokens of the whole accumulated batch) when
     given, else by this batch's labelled tokens.
     """
     import torch
 
-    labels, targets = labels[:, 1:], targets[:, 1:].to(logits.device)
+    labels, targets = labels[:, 1:].to(log_probs.device), targets[:, 1:].to(log_probs.device)
     mask = labels != -100
-    log_probs = logits[:, :-1][mask].float().log_softmax(-1)  # labelled positions only: (tokens, vocabulary)
     gold, p = labels[mask], targets[mask]
     hard = -log_probs.gather(1, gold[:, None])[:, 0]
     soft_p = torch.nan_to_num(p, nan=0.0)  # NaN in the branch `where` drops would still poison its gradient
@@ -81,12 +95,13 @@ def trainer_class():
             if targets is None:
                 return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                             num_items_in_batch=num_items_in_batch)
-            outputs = model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False)
-            loss = soft_judgement_loss(outputs.logits, inputs["labels"], targets, *self.judgement_ids,
+            log_probs = labelled_log_probs(model, {k: v for k, v in inputs.items() if k != "labels"},
+                                           inputs["labels"])
+            loss = soft_judgement_loss(log_probs, inputs["labels"], targets, *self.judgement_ids,
                                        num_items=num_items_in_batch)
             if self.args.average_tokens_across_devices and num_items_in_batch is not None:
                 # as SFTTrainer does: num_items_in_batch counts every rank's tokens and DDP averages the gradients
                 loss = loss * (self.accelerator.num_processes // self.get_tp_size())
-            return (loss, outputs) if return_outputs else loss
+            return (loss, {"log_probs": log_probs}) if return_outputs else loss
 
     return PRMTrainer
