@@ -9,7 +9,7 @@ Rows with `step_targets` may leave a step out of the loss or train it towards a 
 from __future__ import annotations
 
 from stepcritic.data_prep import prompts
-from stepcritic.train import common, prm_targets, sft
+from stepcritic.train import common, packing, prm_targets, sft
 from stepcritic.train.scoring import single_token_id
 
 
@@ -86,11 +86,16 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
         raise ValueError("a note-writing PRM (prm-sft built with --prm-notes) trained through LoRA is scored from its "
                          "merged model, whose config records the note format (an adapter folder does not): set "
                          "merge_adapter: true and judge with prm:OUTPUT_DIR/merged")
-    trainer = prm_targets.trainer_class()(model=model, args=recipe.training_args, train_dataset=train_data,
-                                          eval_dataset=eval_data, processing_class=processor)
     tokenizer = getattr(processor, "tokenizer", processor)
-    trainer.judgement_ids = (single_token_id(tokenizer, prompts.PRM_POSITIVE),
-                             single_token_id(tokenizer, prompts.PRM_NEGATIVE))
-    trainer.data_collator = HiddenJudgementCollator(trainer.data_collator, *trainer.judgement_ids)
+
+    def make_trainer():
+        trainer = prm_targets.trainer_class()(model=model, args=recipe.training_args, train_dataset=train_data,
+                                              eval_dataset=eval_data, processing_class=processor)
+        trainer.judgement_ids = (single_token_id(tokenizer, prompts.PRM_POSITIVE),
+                                 single_token_id(tokenizer, prompts.PRM_NEGATIVE))
+        trainer.data_collator = HiddenJudgementCollator(trainer.data_collator, *trainer.judgement_ids)
+        return trainer
+
+    trainer = packing.install(recipe, make_trainer)  # packs after the judgements are hidden, when asked
     sft.check_targets_fit(trainer, train_data)
     return trainer

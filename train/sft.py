@@ -15,8 +15,13 @@ def check_targets_fit(trainer, train_data, sample: int = 16) -> None:
 
     Checked on the first rows only (collating costs image processing); long prompts are the usual cause.
     """
+    from stepcritic.train.packing import PaddingFreeCollator
+
     rows = [dict(train_data[i]) for i in range(min(sample, len(train_data)))]
-    labels = trainer.data_collator(rows)["labels"]
+    collator = trainer.data_collator
+    if isinstance(collator, PaddingFreeCollator):  # counted per row, before the rows are laid end to end
+        collator = collator.collator
+    labels = collator(rows)["labels"]
     empty = int(((labels != -100).sum(dim=1) == 0).sum())
     if empty:
         common.logger.warning("%d of the first %d rows keep no answer token within max_length=%s: raise it",
@@ -33,9 +38,12 @@ def check_config(recipe) -> None:
 def build_trainer(recipe, model, processor, train_data, eval_data):
     from trl import SFTTrainer
 
+    from stepcritic.train import packing
+
     check_config(recipe)
     model = common.prepare_model(recipe, model)
-    trainer = SFTTrainer(model=model, args=recipe.training_args, train_dataset=train_data,
-                         eval_dataset=eval_data, processing_class=processor)
+    trainer = packing.install(recipe, lambda: SFTTrainer(model=model, args=recipe.training_args,
+                                                         train_dataset=train_data, eval_dataset=eval_data,
+                                                         processing_class=processor))
     check_targets_fit(trainer, train_data)
     return trainer
