@@ -19,6 +19,11 @@ every step's verdict and the answer verdict (a target with `null` verdicts would
 abstain), prm-sft needs every step's verdict, outcome-rm needs `chain_correct` and a group that has both
 a fully correct and an incorrect chain. Neutral steps (`labels.py`) follow `--neutral`: under "skip" prm-sft keeps
 the step with no target and the critique kinds skip the chain (reason `neutral_step`).
+
+Memory: the chains are read `CHAIN_BATCH` at a time from the memory-mapped chains set and the rows written to Arrow
+in byte-bounded batches (`arrow_io`), so what grows with the input is only its ids. critique-pref first reads the
+labels (no image) twice, for the split's explanation pool and then its corruption plan; outcome-rm reads each
+split's groups whole. The rows are those of a build that held every split at once (tests/test_data_streaming.py).
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ class _Reader:
 
     def batches(self, count: bool = True, dataset=None):
         """Lists of validated chains, `CHAIN_BATCH` at a time, in the dataset's order."""
-        for batch in (dataset or self.chains).iter(batch_size=CHAIN_BATCH):
+        for batch in (self.chains if dataset is None else dataset).iter(batch_size=CHAIN_BATCH):
             yield [self.validated(record, count) for record in _records(batch)]
 
     def labels_only(self):
