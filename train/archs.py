@@ -21,18 +21,31 @@ MODEL_TYPES = {
     "HuggingFaceTB/SmolVLM-Instruct": "idefics3",
     "HuggingFaceTB/SmolVLM2-2.2B-Instruct": "smolvlm",
     "llava-hf/llava-1.5-7b-hf": "llava",
+    "Qwen/Qwen3-VL-4B-Instruct": "qwen3_vl",
+    "Qwen/Qwen3-VL-8B-Instruct": "qwen3_vl",
+    "google/gemma-3-4b-it": "gemma3",
+    "OpenGVLab/InternVL3-2B-hf": "internvl",
+    "OpenGVLab/InternVL3-8B-hf": "internvl",
 }
 ALIASES = {
     "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct",
     "qwen2.5-vl-3b": "Qwen/Qwen2.5-VL-3B-Instruct",
     "smolvlm": "HuggingFaceTB/SmolVLM-Instruct",
     "smolvlm2": "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+    "qwen3-vl-4b": "Qwen/Qwen3-VL-4B-Instruct",
+    "qwen3-vl-8b": "Qwen/Qwen3-VL-8B-Instruct",
+    "gemma-3-4b": "google/gemma-3-4b-it",
+    "internvl3-2b": "OpenGVLab/InternVL3-2B-hf",
+    "internvl3-8b": "OpenGVLab/InternVL3-8B-hf",
 }
 
 # Module-name components of the image side of each family.  The projector (connector / merger) is listed apart:
 # freezing the vision tower keeps it trainable, while LoRA "off the vision side" leaves it alone too.
+# Qwen2.5-VL and Qwen3-VL: `visual` (Qwen3-VL's deepstack mergers, which feed intermediate tower features into
+# early decoder layers, are projectors like its final merger); SmolVLM/Idefics3: `vision_model` + `connector`;
+# LLaVA, Gemma 3 and InternVL: `vision_tower` + `multi_modal_projector`.
 _VISION_TOWER = r"(?:visual|vision_tower|vision_model)"
-_PROJECTOR = r"(?:multi_modal_projector|connector|visual\.merger)"
+_PROJECTOR = r"(?:multi_modal_projector|connector|visual\.merger|visual\.deepstack_merger_list)"
 # PEFT full-matches a string `exclude_modules` against each module name.
 VISION_SIDE_REGEX = rf"(?:.*\.)?(?:{_VISION_TOWER}|{_PROJECTOR})(?:\..*)?"
 
@@ -89,6 +102,57 @@ _TINY = {
         image_token_index=_TINY_IMAGE_TOKEN,
         vision_feature_select_strategy="full",
     ),
+    "qwen3_vl": dict(
+        text_config={
+            **_TINY_TEXT,
+            # Qwen3 sets head_dim apart from hidden_size / heads (default 128); the sections must add up to 8.
+            "head_dim": 16,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [2, 3, 3],
+                                "mrope_interleaved": True},
+        },
+        vision_config=dict(
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            patch_size=16,
+            out_hidden_size=_TINY_TEXT["hidden_size"],
+            # a square grid of learned position embeddings (interpolated to each image's grid)
+            num_position_embeddings=16,
+            # one deepstack merger, so its module names are under test too
+            deepstack_visual_indexes=[0],
+        ),
+        image_token_id=_TINY_IMAGE_TOKEN,
+        video_token_id=_TINY_IMAGE_TOKEN + 1,
+        vision_start_token_id=_TINY_IMAGE_TOKEN + 2,
+        vision_end_token_id=_TINY_IMAGE_TOKEN + 3,
+    ),
+    "gemma3": dict(
+        text_config={
+            "model_type": "gemma3_text",
+            **_TINY_TEXT,
+            "head_dim": 16,
+            "query_pre_attn_scalar": 16,
+            "sliding_window": 16,
+            # one local and one global layer: both attention kinds (and their two RoPE bases) run
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+        # Gemma 3 reads the SigLIP tower's patch features, without its pooling head
+        vision_config={"model_type": "siglip_vision_model", **_TINY_SIGLIP, "image_size": 56, "vision_use_head": False},
+        # 4 x 4 patches pooled to 2 x 2 soft tokens per image
+        mm_tokens_per_image=4,
+        image_token_index=_TINY_IMAGE_TOKEN,
+        boi_token_index=_TINY_IMAGE_TOKEN + 1,
+        eoi_token_index=_TINY_IMAGE_TOKEN + 2,
+    ),
+    "internvl": dict(
+        text_config={"model_type": "qwen2", **_TINY_TEXT},
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=[56, 56], patch_size=[14, 14]),
+        # 4 x 4 patches, pixel-shuffled by 0.5 into 2 x 2 tokens per tile
+        image_seq_length=4,
+        image_token_id=_TINY_IMAGE_TOKEN,
+    ),
 }
 
 # Published config.json sizes (architecture fields only; token ids and tokenizer-dependent fields are the
@@ -120,6 +184,20 @@ _SMOLVLM_TEXT = dict(
 _SO400M_VISION = dict(
     hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, patch_size=14
 )
+# Qwen3-VL (config.json of Qwen/Qwen3-VL-4B-Instruct and -8B-Instruct, Oct 2025): a Qwen3 decoder with interleaved
+# multimodal RoPE (theta 5e6, sections 24/20/20 of head_dim 128) and a SigLIP-2-style tower of 16 px patches
+# whose layers listed in deepstack_visual_indexes also feed the decoder.
+_QWEN3_VL_ROPE = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": True}
+_QWEN3_VL_TEXT = dict(vocab_size=151936, head_dim=128, num_hidden_layers=36, num_attention_heads=32,
+                      num_key_value_heads=8, max_position_embeddings=262144, rope_parameters=_QWEN3_VL_ROPE)
+_QWEN3_VL_VISION = dict(patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_heads=16,
+                        num_position_embeddings=2304)
+# InternVL3 (OpenGVLab/InternVL3-*-hf config.json, Apr 2025; the InternVL3 report, arXiv 2504.10479): InternViT-300M
+# (24 layers, width 1024, 448 px tiles of 14 px patches, pixel shuffle 0.5 -> 256 tokens a tile) before a Qwen2.5
+# decoder whose vocabulary carries InternVL's 31 added tokens (151,674 ids).
+_INTERNVIT_300M = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+                       image_size=[448, 448], patch_size=[14, 14], layer_scale_init_value=0.1, use_qk_norm=False,
+                       norm_type="layer_norm")
 _REAL = {
     "Qwen/Qwen2.5-VL-7B-Instruct": dict(
         text_config=dict(
@@ -156,6 +234,67 @@ _REAL = {
         vision_config={**_SO400M_VISION, "image_size": 384},
         scale_factor=3,
         image_token_id=49153,
+    ),
+    "Qwen/Qwen3-VL-4B-Instruct": dict(
+        # decoder of Qwen3-4B: width 2560, 36 layers, tied embeddings; tower of 24 layers, width 1024
+        text_config={**_QWEN3_VL_TEXT, "hidden_size": 2560, "intermediate_size": 9728, "tie_word_embeddings": True},
+        vision_config={**_QWEN3_VL_VISION, "depth": 24, "hidden_size": 1024, "intermediate_size": 4096,
+                       "out_hidden_size": 2560, "deepstack_visual_indexes": [5, 11, 17]},
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen3-VL-8B-Instruct": dict(
+        # decoder of Qwen3-8B: width 4096, 36 layers, untied head; tower of 27 layers, width 1152 (SO400M shape)
+        text_config={**_QWEN3_VL_TEXT, "hidden_size": 4096, "intermediate_size": 12288, "tie_word_embeddings": False},
+        vision_config={**_QWEN3_VL_VISION, "depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+                       "out_hidden_size": 4096, "deepstack_visual_indexes": [8, 16, 24]},
+        tie_word_embeddings=False,
+    ),
+    "google/gemma-3-4b-it": dict(
+        # config.json of google/gemma-3-4b-it (Mar 2025) and the Gemma 3 report (arXiv 2503.19786, Table 1: 4B =
+        # 417M vision + 675M embedding + 3,209M other parameters): 34 layers, width 2560, 8 query / 4 KV heads of
+        # 256, five local (1,024-token window, RoPE base 1e4) layers to one global (base 1e6, linear scaling x8);
+        # the SigLIP-SO400M tower at 896 px (64 x 64 patches), average-pooled to 256 soft tokens per image.
+        text_config=dict(
+            model_type="gemma3_text",
+            vocab_size=262208,
+            hidden_size=2560,
+            intermediate_size=10240,
+            num_hidden_layers=34,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=256,
+            query_pre_attn_scalar=256,
+            sliding_window=1024,
+            max_position_embeddings=131072,
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        ),
+        vision_config={"model_type": "siglip_vision_model", **_SO400M_VISION, "image_size": 896,
+                       "vision_use_head": False},
+        mm_tokens_per_image=256,
+    ),
+    "OpenGVLab/InternVL3-2B-hf": dict(
+        # decoder of Qwen2.5-1.5B: width 1536, 28 layers, 12 query / 2 KV heads; unlike Qwen2.5-1.5B its head is
+        # untied (2.09B parameters on the model card; tied would be 1.86B)
+        text_config=dict(model_type="qwen2", vocab_size=151674, hidden_size=1536, intermediate_size=8960,
+                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                         max_position_embeddings=32768, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                         tie_word_embeddings=False),
+        vision_config=_INTERNVIT_300M,
+        image_seq_length=256,
+        downsample_ratio=0.5,
+        tie_word_embeddings=False,
+    ),
+    "OpenGVLab/InternVL3-8B-hf": dict(
+        # decoder of Qwen2.5-7B: width 3584, 28 layers, 28 query / 4 KV heads, untied head
+        text_config=dict(model_type="qwen2", vocab_size=151674, hidden_size=3584, intermediate_size=18944,
+                         num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                         max_position_embeddings=32768, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                         tie_word_embeddings=False),
+        vision_config=_INTERNVIT_300M,
+        image_seq_length=256,
+        downsample_ratio=0.5,
+        tie_word_embeddings=False,
     ),
 }
 

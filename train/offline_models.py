@@ -1,13 +1,15 @@
 """Randomly initialised checkpoints of every architecture the recipes train, with processors built offline.
 
-The real-model recipes name Hub checkpoints (Qwen2.5-VL-3B/7B, SmolVLM); the Hub is out of reach in tests and
+The real-model recipes name Hub checkpoints (Qwen2.5-VL-3B/7B, Qwen3-VL-4B/8B, Gemma 3 4B, InternVL3-2B/8B,
+SmolVLM); the Hub is out of reach in tests and
 on a fresh GPU box. `build_random_checkpoint` saves a model of the same architecture with random weights, either
 tiny (`archs.tiny_config`: a test runs every recipe in seconds on a CPU) or of the published size
 (`archs.real_config`: a GPU run measures time and memory of the real shape), next to a processor made here:
 
 * a byte-level BPE tokenizer trained offline (`tiny_tokenizer.train_tokenizer`) carrying the family's special tokens
   (Qwen: `<|im_start|>`, `<|im_end|>`, `<|vision_start|>`, `<|image_pad|>`, `<|vision_end|>`; Idefics3:
-  `<image>`, `<fake_token_around_image>`, `<global-img>`, the tile tags);
+  `<image>`, `<fake_token_around_image>`, `<global-img>`, the tile tags; Gemma 3: `<start_of_image>`,
+  `<image_soft_token>`, `<end_of_image>`; InternVL: `<img>`, `<IMG_CONTEXT>`, `</img>`);
 * a ChatML chat template with `{% generation %}` markers around assistant turns (TRL's assistant_only_loss),
   each image written as the family's placeholder;
 * the family's image processor built from its defaults (the PIL variant when torchvision is missing).
@@ -18,6 +20,9 @@ vocabulary is at least the tokenizer's. Nothing here is a trained model: it exis
 Qwen2.5-VL's own processor class requires a video processor, which transformers 5.23 only has for torchvision;
 without torchvision the checkpoint gets `PaddleOCRVLProcessor` instead, which expands images exactly as
 Qwen2-VL does (image_grid_thw / merge_size^2 `<|image_pad|>` tokens, same model inputs) but has no video side.
+Qwen3-VL likewise (its processor expands images the same way). InternVL's processor needs a video processor
+too; InternVL checkpoints get a `LlavaProcessor`, with or without torchvision, that expands one tile at the
+tower's size per image (no dynamic tiling). Gemma 3's own processor has no video side and is used as it is.
 
     python -m stepcritic.train.offline_models --model qwen2.5-vl-3b --size real --out runs/qwen3b-random
 """
@@ -52,7 +57,24 @@ _FAMILIES = {
         image="<image>",
     ),
     "llava": dict(specials=["<image>"], named={"image_token": "<image>"}, image="<image>"),
+    # Gemma 3's processor turns each <start_of_image> into <start_of_image>, mm_tokens_per_image soft tokens and
+    # <end_of_image>, and looks all three up on the tokenizer under these names.
+    "gemma3": dict(
+        specials=["<start_of_image>", "<end_of_image>", "<image_soft_token>"],
+        named={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"},
+        image="<start_of_image>",
+    ),
+    # InternVL wraps each tile's <IMG_CONTEXT> tokens in <img> ... </img>; the stand-in processor (see
+    # build_processor) only expands <IMG_CONTEXT>, so the template writes the wrapping itself.
+    "internvl": dict(
+        specials=["<img>", "</img>", "<IMG_CONTEXT>"],
+        named={"image_token": "<IMG_CONTEXT>", "context_image_token": "<IMG_CONTEXT>", "start_image_token": "<img>",
+               "end_image_token": "</img>"},
+        image="<img><IMG_CONTEXT></img>",
+    ),
 }
+# Qwen3-VL keeps Qwen2.5-VL's vision tokens and image placeholder.
+_FAMILIES["qwen3_vl"] = _FAMILIES["qwen2_5_vl"]
 ARCHITECTURES = tuple(_FAMILIES)
 
 
@@ -101,16 +123,23 @@ def build_processor(model_type: str, config, tokenizer, size: str):
     """The family's processor around `tokenizer`, sized to `config`'s vision tower."""
     vision = config.vision_config
     template = chat_template(model_type)
-    if model_type == "qwen2_5_vl":
+    if model_type in ("qwen2_5_vl", "qwen3_vl"):
         kwargs = dict(patch_size=vision.patch_size, merge_size=vision.spatial_merge_size,
                       temporal_patch_size=vision.temporal_patch_size)
+        if model_type == "qwen3_vl":  # Qwen3-VL's preprocessor_config.json normalises to [-1, 1]
+            kwargs.update(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
         image_processor = _image_processor("Qwen2VLImageProcessorPil", "Qwen2VLImageProcessor",
                                            "qwen2_vl.image_processing_pil_qwen2_vl", **kwargs)
-        if _has_torchvision():
+        if _has_torchvision() and model_type == "qwen2_5_vl":
             from transformers import Qwen2_5_VLProcessor, Qwen2VLVideoProcessor
 
             return Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
                                        video_processor=Qwen2VLVideoProcessor(**kwargs), chat_template=template)
+        if _has_torchvision():
+            from transformers import Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+            return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                    video_processor=Qwen3VLVideoProcessor(**kwargs), chat_template=template)
         from transformers import PaddleOCRVLProcessor
 
         return PaddleOCRVLProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=template)
@@ -137,6 +166,29 @@ def build_processor(model_type: str, config, tokenizer, size: str):
         return LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=vision.patch_size,
                               vision_feature_select_strategy=config.vision_feature_select_strategy,
                               num_additional_image_tokens=0, image_token="<image>", chat_template=template)
+    if model_type == "gemma3":
+        from transformers import Gemma3Processor
+
+        side = vision.image_size
+        # Gemma 3 squashes every image to the tower's square (pan-and-scan off, its default)
+        image_processor = _image_processor("Gemma3ImageProcessorPil", "Gemma3ImageProcessor",
+                                           "gemma3.image_processing_pil_gemma3", size={"height": side, "width": side})
+        return Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer,
+                               image_seq_length=config.mm_tokens_per_image, chat_template=template)
+    if model_type == "internvl":
+        from transformers import LlavaProcessor
+
+        # InternVLProcessor cannot be built without torchvision (it requires a video processor, and transformers
+        # has none without it), so a LlavaProcessor stands in: one tile per image at the tower's size (no dynamic
+        # tiling), its <IMG_CONTEXT> expanded to (side / (patch / downsample_ratio))^2 tokens, which is
+        # InternVL's image_seq_length; the model inputs (pixel_values, input_ids) are InternVL's for one tile.
+        side, patch = vision.image_size[0], vision.patch_size[0]
+        image_processor = _image_processor("GotOcr2ImageProcessorPil", "GotOcr2ImageProcessor",
+                                           "got_ocr2.image_processing_pil_got_ocr2", crop_to_patches=False,
+                                           size={"height": side, "width": side})
+        return LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                              patch_size=round(patch / config.downsample_ratio), vision_feature_select_strategy="full",
+                              num_additional_image_tokens=0, image_token="<IMG_CONTEXT>", chat_template=template)
     raise KeyError(model_type)
 
 
@@ -150,11 +202,16 @@ def match_token_ids(config, tokenizer, model_type: str, size: str) -> None:
         raise ValueError(f"the real-size vocabulary ({text.vocab_size}) is smaller than the tokenizer "
                          f"({len(tokenizer)})")
     text.pad_token_id, text.eos_token_id, text.bos_token_id = tokenizer.pad_token_id, tokenizer.eos_token_id, None
-    if model_type == "qwen2_5_vl":
+    if model_type in ("qwen2_5_vl", "qwen3_vl"):
         config.image_token_id = ids("<|image_pad|>")
         config.video_token_id = ids("<|video_pad|>")
         config.vision_start_token_id = ids("<|vision_start|>")
         config.vision_end_token_id = ids("<|vision_end|>")
+    elif model_type == "gemma3":
+        config.image_token_index = ids("<image_soft_token>")
+        config.boi_token_index, config.eoi_token_index = ids("<start_of_image>"), ids("<end_of_image>")
+    elif model_type == "internvl":
+        config.image_token_id = ids("<IMG_CONTEXT>")
     else:  # idefics3, llava (LLaVA maps image_token_id onto its image_token_index)
         config.image_token_id = ids("<image>")
 
@@ -209,8 +266,11 @@ def build_random_checkpoint(name_or_alias: str, out_dir: str | os.PathLike, size
 
 
 def _write_card(out_dir, name, model_type, size, dtype, seed, n_params, processor_class, vocab) -> None:
-    note = (" (stands in for Qwen2_5_VLProcessor, which needs torchvision for its video side; images are "
-            "expanded the same way)" if processor_class == "PaddleOCRVLProcessor" else "")
+    notes = {("PaddleOCRVLProcessor", "qwen2_5_vl"): "Qwen2_5_VLProcessor", ("PaddleOCRVLProcessor", "qwen3_vl"):
+             "Qwen3VLProcessor", ("LlavaProcessor", "internvl"): "InternVLProcessor"}
+    stands_in_for = notes.get((processor_class, model_type))
+    note = (f" (stands in for {stands_in_for}, which needs torchvision for its video side; images are expanded "
+            "the same way" + (", one tile each" if model_type == "internvl" else "") + ")" if stands_in_for else "")
     card = "\n".join([
         f"# Random {model_type} checkpoint ({size}): not a trained model", "",
         f"Built offline by `python -m stepcritic.train.offline_models --model {name} --size {size} --seed {seed}`.",
@@ -232,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m stepcritic.train.offline_models",
         description="Save a randomly initialised checkpoint of a recipe's architecture with an offline processor.")
     parser.add_argument("--model", required=True,
-                        help="Hub name, alias (qwen2.5-vl-3b, qwen2.5-vl-7b, smolvlm) or model type (llava, "
-                             "qwen2_5_vl, idefics3; tiny only)")
+                        help="Hub name, alias (qwen2.5-vl-3b, qwen2.5-vl-7b, qwen3-vl-4b, qwen3-vl-8b, gemma-3-4b, "
+                             "internvl3-2b, internvl3-8b, smolvlm) or model type (llava, qwen2_5_vl, qwen3_vl, gemma3, "
+                             "internvl, idefics3; tiny only)")
     parser.add_argument("--size", choices=SIZES, default="tiny", help="tiny test shape or the published shape")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--dtype", default=None, help="float32 (tiny default), bfloat16 (real default), float16")
