@@ -204,9 +204,32 @@ def best_of_n(metrics: dict, path: str) -> bool:
     return True
 
 
+def correction(metrics: dict, path: str) -> bool:
+    """VISCO's PCR and NCR (x100) per judge, after the gold critique and after its own; "–" where undefined."""
+    sections = {name: r["overall"]["correction"] for name, r in metrics["judges"].items()
+                if "correction" in r["overall"]}
+    if not sections:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(sections)), 3.6))
+    bars = [(setting, rate) for setting in ("gold", "own") for rate in ("pcr", "ncr")]
+    width = 0.8 / len(bars)
+    for k, (setting, rate) in enumerate(bars):
+        xs = [i + (k - (len(bars) - 1) / 2) * width for i in range(len(sections))]
+        _bars(ax, xs, [None if sec[setting][rate] is None else 100 * sec[setting][rate] for sec in sections.values()],
+              width, f"{rate.upper()} ({setting} critique)")
+    ax.set_xticks(range(len(sections)), list(sections), rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("x100")
+    ax.set_title("Correction (PCR: wrong made right; NCR: right made wrong)")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+    return True
+
+
 PLOTS = {"step_prf": step_prf, "confusion": confusion, "shiftcheck_positions": shiftcheck_positions,
          "somers_d": somers_d, "calibration": calibration, "threshold_sweep": threshold_sweep,
-         "best_of_n": best_of_n}
+         "best_of_n": best_of_n, "correction": correction}
 
 
 def write_plots(metrics: dict, plot_dir: str) -> list[str]:

@@ -187,16 +187,16 @@ def _correction(metrics: dict, overall: dict) -> list[str]:
             continue
         failed = sec["gold"]["n_failed"] + sec["own"]["n_failed"]
         no_answer = sec["gold"]["n_no_answer"] + sec["own"]["n_no_answer"]
-        notes.append(f"- `{name}`: corrected by `{corrector}`; {sec['n_chains']} chains with a reference answer, "
-                     f"{requests['asked']} requests asked, {requests['cached']} from cache; {no_answer} replies "
-                     f"without a readable answer (counted wrong), {failed} failed requests (left out, asked again "
-                     "on a rerun)")
+        notes.append(f"- `{name}`: corrected by `{corrector}` ({requests['asked']} requests asked and "
+                     f"{requests['cached']} answered from the cache by that corrector in this run, for all the judges "
+                     f"it corrects); {sec['n_chains']} chains with a reference answer; {no_answer} replies without a "
+                     f"readable answer (counted wrong), {failed} failed requests (left out, asked again on a rerun)")
     return ["## Correction", "",
             "VISCO's correction (Sec. 3.1.2): a corrector is shown each chain with a critique and asked for the "
             "answer. PCR: share of wrong answers made right; NCR: share of right answers made wrong (lower is "
             "better); gain = PCR - NCR. With the gold critique (the data's step labels, first reference "
             "explanation and answer label) and with the judge's own critique. `corrections.jsonl` holds every "
-            "corrected answer.", "",
+            "corrected answer; `plots/correction.png` the rates.", "",
             leaderboard(overall, tasks, metrics["matcher"], columns(tasks, "correction")), "", *notes, ""]
 
 

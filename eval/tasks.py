@@ -9,8 +9,8 @@ A metric that is not registered is not advertised, and a registered one cannot g
 A new task adds a `Task`, its `Metric`s and its section function in `results.TASK_SECTIONS`; the runner, the
 command line and the report pick it up from here.
 
-Only the standard library (and `metrics`, `best_of_n`, `verifier` and `data_prep.prompts`, themselves stdlib at the
-top) is imported: `stepcritic eval --help` reads the task names from here.
+Only the standard library (and `metrics`, `best_of_n`, `sweep`, `verifier` and `data_prep.prompts`, themselves stdlib
+at the top) is imported: `stepcritic eval --help` reads the task names from here.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Callable
 from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS
 from stepcritic.eval import best_of_n as BON
 from stepcritic.eval import metrics as M
+from stepcritic.eval import sweep as S
 from stepcritic.eval.verifier import TABLE_2_ORDER
 
 
@@ -82,6 +83,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 
 NO_VERDICTS = "the judge gives no step verdicts, or no scored step is incorrect"
 NO_SCORES = "the judge gives no step scores, or the steps are all of one class"
+NO_SWEEP = "the judge gives no step scores, no step of the dev questions is incorrect, or no test step is incorrect"
 
 _METRICS = [
     # ------------------------------------------------------------------ critique: leaderboard
@@ -157,18 +159,17 @@ _METRICS = [
            "no chain has its premises annotated, or the judge gives no step scores", table="diagnostics"),
     Metric("step_sweep_threshold", "critique", "step.sweep.threshold", "Dev threshold", None,
            "chosen on the dev questions' steps", "the P(incorrect) threshold (1 - step score) with the best step F1 on "
-           "the dev split of the questions (`--sweep-dev`), the candidates being the dev scores", M.step_f1, "step",
-           NO_SCORES.replace("all of one class", "without an incorrect one on the dev questions"), table="sweep",
-           scale=1),
+           "the dev split of the questions (`--sweep-dev`), the candidates being the dev scores", S.threshold_sweep,
+           "step", "the judge gives no step scores, or no step of the dev questions is incorrect (or none is left to "
+           "test)", table="sweep", scale=1),
     Metric("step_sweep_f1", "critique", "step.sweep.f1", "Step F1 @ dev thr.", True,
            "pooled over the steps of the other (test) questions",
            "VISCO's step F1 on the test questions, flagging a step when 1 - its score reaches the dev threshold: "
-           "the best-F1 threshold never chosen on the steps it is scored on", M.step_f1, "step",
-           NO_SCORES + ", or no test step is incorrect", table="sweep"),
+           "the best-F1 threshold never chosen on the steps it is scored on", S.threshold_sweep, "step",
+           NO_SWEEP, table="sweep"),
     Metric("step_sweep_f1_default", "critique", "step.sweep.f1_default", "Step F1 own verdicts (test)", True,
            "pooled over the same test steps", "step F1 of the judge's own verdicts on the same test steps, for "
-           "comparison with the swept threshold", M.step_f1, "step", NO_SCORES + ", or no test step is incorrect",
-           table="sweep"),
+           "comparison with the swept threshold", S.threshold_sweep, "step", NO_SWEEP, table="sweep"),
     Metric("brier", "critique", "calibration.brier", "Brier", False, "mean over steps with a probability",
            "Brier score of the judge's p_incorrect against the gold step labels (calibration)", M.calibration,
            "step", "the judge gives no step probabilities, or the steps are all of one class",

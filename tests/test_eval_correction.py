@@ -116,6 +116,7 @@ def test_pcr_ncr_and_gain_as_visco_defines_them(chains_dir, tmp_path):
     assert own["r2"]["answer_after"] == "Red." and own["r2"]["answer_correct_after"] is True  # unchanged: its label
     report = open(tmp_path / "out" / "report.md").read()
     assert "## Correction" in report and "| PCR (gold critique) |" in report and "corrected by" in report
+    assert "correction" in metrics["plots"] and os.path.getsize(tmp_path / "out" / "plots" / "correction.png") > 1000
 
 
 def test_the_corrector_sees_the_critique_it_is_given(chains_dir, tmp_path):
