@@ -288,7 +288,19 @@ def test_user_errors_end_with_one_line_and_exit_2(case, built, tmp_path, capsys)
     assert line.startswith("stepcritic train: error: ") and all(text in line for text in expected), line
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_5_vl", "idefics3", "llava"])
+# What each family's processor expands an image into: the token the model swaps image features in for, and the
+# tokens that frame it.
+IMAGE_TOKENS = {
+    "qwen2_5_vl": ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>"),
+    "qwen3_vl": ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>"),
+    "gemma3": ("<image_soft_token>", "<start_of_image>", "<end_of_image>"),
+    "internvl": ("<IMG_CONTEXT>", "<img>", "</img>"),
+    "idefics3": ("<image>", "<global-img>", "<fake_token_around_image>"),  # one global view, no tiles (tiny)
+    "llava": ("<image>", None, None),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(IMAGE_TOKENS))
 def test_random_checkpoint_matches_its_tokenizer(model_type, checkpoints):
     import torch
     from PIL import Image
@@ -298,13 +310,15 @@ def test_random_checkpoint_matches_its_tokenizer(model_type, checkpoints):
     path = checkpoints(model_type)
     config, processor = AutoConfig.from_pretrained(path), AutoProcessor.from_pretrained(path)
     tokenizer = processor.tokenizer
-    image_token = {"qwen2_5_vl": "<|image_pad|>"}.get(model_type, "<image>")
+    image_token, start, end = IMAGE_TOKENS[model_type]
     assert config.model_type == model_type and config.image_token_id == tokenizer.convert_tokens_to_ids(image_token)
     assert config.get_text_config().vocab_size >= len(tokenizer)
     assert has_generation_markers(processor.chat_template)
-    if model_type == "qwen2_5_vl":
+    if model_type in ("qwen2_5_vl", "qwen3_vl"):
         assert (config.vision_start_token_id, config.vision_end_token_id) == tuple(
-            tokenizer.convert_tokens_to_ids(["<|vision_start|>", "<|vision_end|>"]))
+            tokenizer.convert_tokens_to_ids([start, end]))
+    if model_type == "gemma3":
+        assert (config.boi_token_index, config.eoi_token_index) == tuple(tokenizer.convert_tokens_to_ids([start, end]))
     conversation = [{"role": "user", "content": [{"type": "image", "image": Image.new("RGB", (96, 96), "red")},
                                                  {"type": "text", "text": "Is the circle red?"}]},
                     {"role": "assistant", "content": [{"type": "text", "text": "+"}]}]
@@ -312,21 +326,30 @@ def test_random_checkpoint_matches_its_tokenizer(model_type, checkpoints):
                                           return_assistant_tokens_mask=True)
     mask = batch.pop("assistant_masks")
     assert tokenizer.decode(batch["input_ids"][0][mask[0].bool()]) == "+<|im_end|>"
+    tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][0])
+    if start is not None:  # the image's tokens sit, in one run, inside its frame
+        first, last = tokens.index(image_token), len(tokens) - 1 - tokens[::-1].index(image_token)
+        assert tokens[first - 1] == start and tokens[last + 1] == end
+        assert set(tokens[first:last + 1]) == {image_token}
+    if model_type == "gemma3":  # the image's tokens attend to each other both ways only when the model is told where
+        assert batch["token_type_ids"][0].tolist() == [int(token == image_token) for token in tokens]
     model = AutoModelForImageTextToText.from_pretrained(path)
     with torch.no_grad():  # raises when the image tokens and the image features disagree
         logits = model(**batch).logits
     assert logits.shape[-1] == config.get_text_config().vocab_size
 
 
-def test_real_size_token_ids_fit_the_published_vocabulary(checkpoints):
+@pytest.mark.parametrize("alias, vocab_size", [("qwen2.5-vl-3b", 151936), ("qwen3-vl-4b", 151936),
+                                               ("gemma-3-4b", 262208), ("internvl3-2b", 151674)])
+def test_real_size_token_ids_fit_the_published_vocabulary(alias, vocab_size, checkpoints):
     from transformers import AutoTokenizer
 
     from stepcritic.train.offline_models import match_token_ids, resolve
 
-    tokenizer = AutoTokenizer.from_pretrained(checkpoints("qwen2_5_vl"))
-    model_type, config = resolve("qwen2.5-vl-3b", "real")
+    model_type, config = resolve(alias, "real")
+    tokenizer = AutoTokenizer.from_pretrained(checkpoints(model_type))
     match_token_ids(config, tokenizer, model_type, "real")
-    assert config.get_text_config().vocab_size == 151936 and config.image_token_id < len(tokenizer)
+    assert config.get_text_config().vocab_size == vocab_size and config.image_token_id < len(tokenizer)
     with pytest.raises(ValueError, match="needs a model name"):
         resolve("qwen2_5_vl", "real")
 

@@ -16,6 +16,8 @@ RECIPES = sorted(p for p in RECIPES_DIR.rglob("*.yaml") if ACCELERATE_DIR not in
 ACCELERATE_CONFIGS = sorted(ACCELERATE_DIR.glob("*.yaml"))
 TINY_SFT = RECIPES_DIR / "tiny" / "critique-sft.yaml"
 REAL_SFT = RECIPES_DIR / "qwen2.5-vl-7b" / "sft-lora.yaml"
+# The families added for issue 15 (Qwen3-VL, Gemma 3, InternVL3): each folder ships the four LoRA methods.
+NEW_FAMILY_FOLDERS = ("qwen3-vl-4b", "qwen3-vl-8b", "gemma-3-4b", "internvl3-2b", "internvl3-8b")
 CONFIG_CLASSES = {"sft": "SFTConfig", "prm": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig",
                   "reward": "RewardModelConfig"}
 
@@ -42,6 +44,7 @@ def test_expected_recipes_are_shipped():
         *(f"qwen2.5-vl-7b/{m}-lora.yaml" for m in ("sft", "dpo", "prm", "reward", "grpo")),
         *(f"qwen2.5-vl-3b/{m}-lora.yaml" for m in ("sft", "dpo", "prm", "reward")),
         "smolvlm/sft-lora.yaml", "smolvlm/prm-lora.yaml",
+        *(f"{folder}/{m}-lora.yaml" for folder in NEW_FAMILY_FOLDERS for m in ("sft", "dpo", "prm", "reward")),
         *(f"tiny/{m}.yaml" for m in ("critique-sft", "prm", "dpo", "reward", "grpo")),
     }
     assert expected <= {name_of(p) for p in RECIPES}
@@ -83,31 +86,98 @@ def test_recipe_model_builds_with_its_lora_on_the_language_model(path):
     if peft_config is None:
         assert not recipe.model_args.use_peft
         return
+    decoder = model.get_decoder()
+    (decoder_name,) = [name for name, module in model.named_modules() if module is decoder]
+    layers = decoder.config.num_hidden_layers
     adapted = get_peft_model(model, peft_config)
-    adapted_modules = [name for name, _ in adapted.named_modules() if name.endswith(".lora_A")]
+    adapted_modules = [name.removesuffix(".lora_A") for name, _ in adapted.named_modules() if name.endswith(".lora_A")]
     assert adapted_modules, "LoRA targets match no module"
     assert not [name for name in adapted_modules if archs.is_vision_tower(name) or "merger" in name]
+    # all of them inside the language model (projectors included in what stays out) ...
+    outside = [name for name in adapted_modules if not name.startswith(f"base_model.model.{decoder_name}.")]
+    assert not outside, outside
+    targets = recipe.model_args.lora_target_modules
+    if isinstance(targets, list):  # ... and every listed projection of every decoder layer adapted
+        assert sorted(adapted_modules) == sorted(
+            f"base_model.model.{decoder_name}.{name}" for name, _ in decoder.named_modules()
+            if name.rsplit(".", 1)[-1] in targets), "a target projection of the language model was left out"
+        assert len(adapted_modules) == layers * len(targets)
 
 
-def test_vision_tower_freezing_keeps_the_projector_trainable():
+# Per family, named by hand rather than by archs' own regexes: the image encoder's module, its submodules that
+# are projectors (trainable when the tower is frozen), and the projector the language model reads images from.
+VISION_SIDES = {
+    "qwen2_5_vl": ("model.visual", ("merger",), "model.visual.merger"),
+    "qwen3_vl": ("model.visual", ("merger", "deepstack_merger_list"), "model.visual.deepstack_merger_list"),
+    "idefics3": ("model.vision_model", (), "model.connector"),
+    "smolvlm": ("model.vision_model", (), "model.connector"),
+    "llava": ("model.vision_tower", (), "model.multi_modal_projector"),
+    "gemma3": ("model.vision_tower", (), "model.multi_modal_projector"),
+    "internvl": ("model.vision_tower", (), "model.multi_modal_projector"),
+}
+
+
+def test_every_family_with_a_tiny_config_has_its_vision_side_named_here():
+    assert set(VISION_SIDES) == set(archs._TINY)
+    assert {archs.model_type_of(name) for name in archs.MODEL_TYPES} <= set(archs._TINY)
+
+
+@pytest.mark.parametrize("model_type", sorted(VISION_SIDES))
+def test_vision_tower_freezing_keeps_the_projector_trainable(model_type):
     from transformers import AutoModelForImageTextToText
 
-    model = AutoModelForImageTextToText.from_config(archs.tiny_config("llava"))
-    assert archs.freeze_vision_tower(model) > 0
-    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
-    assert any("multi_modal_projector" in name for name in trainable)
-    assert not any("vision_tower" in name for name in trainable)
-    assert any("language_model" in name for name in trainable)
+    model = AutoModelForImageTextToText.from_config(archs.tiny_config(model_type))
+    tower_name, projector_children, projector_name = VISION_SIDES[model_type]
+    tower, projector = model.get_submodule(tower_name), model.get_submodule(projector_name)
+    projectors_inside = [tower.get_submodule(child) for child in projector_children]
+    expected = sum(p.numel() for p in tower.parameters()) - sum(
+        p.numel() for child in projectors_inside for p in child.parameters())
+    assert expected > 0
+    assert archs.freeze_vision_tower(model) == expected  # the whole encoder, nothing else
+    frozen = {id(p) for p in model.parameters() if not p.requires_grad}
+    assert frozen == {id(p) for p in tower.parameters()} - {id(p) for c in projectors_inside for p in c.parameters()}
+    assert all(p.requires_grad for p in projector.parameters())
+    assert all(p.requires_grad for p in model.get_decoder().parameters())
 
 
-def test_real_size_config_matches_the_published_model():
+# Parameter counts of the published checkpoints (the model cards' "Model size", the Gemma 3 report's Table 1), and
+# the image encoder's share where a paper gives it; built on the meta device, nothing is allocated.
+PUBLISHED_SIZES = {
+    "qwen2.5-vl-3b": (3.75e9, None),
+    "qwen3-vl-4b": (4.44e9, None),
+    "qwen3-vl-8b": (8.77e9, None),
+    "gemma-3-4b": (4.30e9, 417e6),  # Gemma 3 report: 417M vision encoder (SigLIP-SO400M)
+    "internvl3-2b": (2.09e9, 0.30e9),  # InternViT-300M
+    "internvl3-8b": (7.94e9, 0.30e9),
+}
+
+
+@pytest.mark.parametrize("alias", sorted(PUBLISHED_SIZES))
+def test_real_size_config_matches_the_published_model(alias):
     import torch
     from transformers import AutoModelForImageTextToText
 
     with torch.device("meta"):
-        model = AutoModelForImageTextToText.from_config(archs.real_config("qwen2.5-vl-3b"))
-    assert 3.7e9 < sum(p.numel() for p in model.parameters()) < 3.8e9
+        model = AutoModelForImageTextToText.from_config(archs.real_config(alias))
+    assert model.config.model_type == archs.model_type_of(alias)
+    total, vision = PUBLISHED_SIZES[alias]
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(total, rel=0.005)
+    if vision:
+        tower = sum(p.numel() for name, p in model.named_parameters() if archs.is_vision_tower(name))
+        assert tower == pytest.approx(vision, rel=0.02)
+
+
+def test_real_size_configs_of_one_family_differ_only_where_the_sizes_do():
     assert archs.real_config("Qwen/Qwen2.5-VL-7B-Instruct").text_config.hidden_size == 3584
+    small, large = archs.real_config("qwen3-vl-4b"), archs.real_config("qwen3-vl-8b")
+    # the vision tower's output feeds the decoder: it must match each decoder's width
+    assert (small.vision_config.out_hidden_size, large.vision_config.out_hidden_size) == (2560, 4096)
+    assert all(i < large.vision_config.depth for i in large.vision_config.deepstack_visual_indexes)
+    assert small.tie_word_embeddings and not large.tie_word_embeddings
+    gemma = archs.real_config("gemma-3-4b")
+    assert gemma.text_config.layer_types.count("full_attention") == 34 // 6  # one global layer in six
+    patches = gemma.vision_config.image_size // gemma.vision_config.patch_size
+    assert gemma.mm_tokens_per_image == (patches // 4) ** 2 == 256  # 64 x 64 patches pooled 4 x 4
 
 
 def test_unknown_key_is_named_with_the_file_and_a_suggestion(tmp_path):
