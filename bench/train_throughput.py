@@ -6,8 +6,8 @@
 N training steps of the recipe's model (the tiny critic for tiny recipes; else a tiny config of the recipe's
 architecture, or with --real-size its published shape from `train.archs.real_config`), with the recipe's
 LoRA/freezing, batch size, max_length, bf16 and activation checkpointing, on synthetic batches (text only, or
-with --image-size one random image per sample, Qwen2-VL family). Under `accelerate launch` the model goes
-through the launcher's config (DDP, DeepSpeed ZeRO-2/3). Reports samples/s, tokens/s, the model FLOPs of a
+with --image-size one random image per sample: Qwen2-VL, Qwen2.5-VL, Qwen3-VL). Under `accelerate launch` the
+model goes through the launcher's config (DDP, DeepSpeed ZeRO-2/3). Reports samples/s, tokens/s, the model FLOPs of a
 step (see `training_flops`) and, on a GPU, peak memory and model FLOPs utilisation = model FLOP/s / peak, the
 peak being the GPU's dense bf16 rate in PEAK_FLOPS.
 """
@@ -65,8 +65,9 @@ def synthetic_batch(model, batch_size: int, length: int, image_size: int | None,
     batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     labels = input_ids.clone()
     if image_size:
-        if config.model_type not in ("qwen2_vl", "qwen2_5_vl"):
-            raise ValueError(f"--image-size is implemented for Qwen2-VL/Qwen2.5-VL, not {config.model_type!r}")
+        if config.model_type not in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):  # Qwen3-VL kept Qwen2-VL's image inputs
+            raise ValueError(f"--image-size is implemented for the Qwen2-VL family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), "
+                             f"not {config.model_type!r}")
         vision = config.vision_config
         merge, patch, frames = vision.spatial_merge_size, vision.patch_size, vision.temporal_patch_size
         side = max(merge, image_size // (patch * merge) * merge)  # patches per image side
@@ -188,7 +189,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--real-size", action="store_true", help="the published architecture, random weights")
     parser.add_argument("--seq-len", type=int, help="tokens per sample (default: the recipe's max_length)")
     parser.add_argument("--image-size", type=int,
-                        help="one random image of this side (px) per sample, Qwen2-VL family (default: text only)")
+                        help="one random image of this side (px) per sample, Qwen2-VL family incl. Qwen3-VL "
+                             "(default: text only)")
     parser.add_argument("--loss", choices=("fused", "full"), default="fused",
                         help="fused: TRL's fused LM head over labelled positions only, what the trainers run "
                              "(default); full: the model's own loss over full fp32 logits (the README's older rows)")

@@ -102,6 +102,27 @@ def test_fused_loss_equals_the_full_logits_loss_with_images_and_lora():
     assert report["loss"] == "full" and report["samples_per_s"] > 0
 
 
+@pytest.mark.parametrize("folder, image_size", [("qwen3-vl-4b", 64), ("gemma-3-4b", None), ("internvl3-2b", None)])
+def test_new_families_benchmark_with_the_fused_loss_they_train_with(folder, image_size):
+    # the fused head must give the model's own loss on each new family too (Gemma 3 scales its embeddings, Qwen3-VL
+    # adds deepstack features to early decoder layers), or the benchmark would time a different computation
+    recipe = parse_recipe(str(QWEN_SFT.parent.parent / folder / "sft-lora.yaml"),
+                          ["--per_device_train_batch_size", "2"])
+    torch.manual_seed(0)
+    model = bench.build_model(recipe, real_size=False, fused_loss=True)
+    batch = bench.synthetic_batch(model, 2, 48, image_size, "cpu")
+    batch.pop("image_patches", None)
+    with torch.no_grad():
+        full, fused = model(**batch).loss, model(**batch, fused_lm_head=True).loss
+    assert torch.allclose(full, fused, rtol=1e-4), (full, fused)
+    report = bench.train_throughput(recipe, steps=1, real_size=False, seq_len=48, image_size=image_size)
+    assert report["image_tokens_per_sample"] == (4 if image_size else 0)  # 64 px: 2 x 2 merged 16 px patches
+    assert report["trainable"] < report["parameters"] and report["samples_per_s"] > 0
+    if image_size is None:  # their image inputs are laid out otherwise: refused, not faked
+        with pytest.raises(ValueError, match="Qwen2-VL family"):
+            bench.synthetic_batch(model, 1, 48, 64, "cpu")
+
+
 def test_base_probe_scores_only_the_final_answer_of_every_question_kind():
     from stepcritic.bench import base_probe
     from stepcritic.data_prep import scene_qa
