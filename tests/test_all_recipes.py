@@ -128,11 +128,20 @@ def test_build_records_its_kind_and_the_methods_it_feeds(built):
 
 @pytest.mark.parametrize("path", training_params())
 def test_recipe_trains_one_step_on_built_data(path, built, checkpoints, tmp_path):
+    import torch
+
     from stepcritic.train.run import train
 
     recipe, argv = overrides_for(path, built, checkpoints, tmp_path / "run")
     recipe = parse_recipe(path, argv + ["--max_steps", "1"])
-    metrics = train(recipe)
+    ran = set()  # classes of the modules that ran: every family's image encoder has "Vision" in its class name
+    hook = torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: ran.add(type(module)))
+    try:
+        metrics = train(recipe)
+    finally:
+        hook.remove()
+    # the images reached the model (a processor that dropped them would still train, on text alone)
+    assert [cls for cls in ran if "Vision" in cls.__name__], sorted(cls.__name__ for cls in ran)
 
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     assert state["global_step"] == 1
