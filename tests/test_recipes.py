@@ -144,6 +144,8 @@ def test_vision_tower_freezing_keeps_the_projector_trainable(model_type):
 # the image encoder's share where a paper gives it; built on the meta device, nothing is allocated.
 PUBLISHED_SIZES = {
     "qwen2.5-vl-3b": (3.75e9, None),
+    "qwen2.5-vl-7b": (8.29e9, None),
+    "smolvlm": (2.25e9, None),
     "qwen3-vl-4b": (4.44e9, None),
     "qwen3-vl-8b": (8.77e9, None),
     "gemma-3-4b": (4.30e9, 417e6),  # Gemma 3 report: 417M vision encoder (SigLIP-SO400M)
