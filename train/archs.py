@@ -194,7 +194,7 @@ _QWEN3_VL_VISION = dict(patch_size=16, spatial_merge_size=2, temporal_patch_size
                         num_position_embeddings=2304)
 # InternVL3 (OpenGVLab/InternVL3-*-hf config.json, Apr 2025; the InternVL3 report, arXiv 2504.10479): InternViT-300M
 # (24 layers, width 1024, 448 px tiles of 14 px patches, pixel shuffle 0.5 -> 256 tokens a tile) before a Qwen2.5
-# decoder whose vocabulary carries InternVL's 31 added tokens (151,674 ids).
+# decoder whose vocabulary also holds InternVL's image and box tags (151,674 ids against Qwen2.5's 151,665).
 _INTERNVIT_300M = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
                        image_size=[448, 448], patch_size=[14, 14], layer_scale_init_value=0.1, use_qk_norm=False,
                        norm_type="layer_norm")
