@@ -269,3 +269,27 @@ def test_answers_saved_before_a_failure_are_not_asked_again(tmp_path):
     FailsAfter.answered = 0
     counts = ask(FailsAfter("fails", limit=10), jobs, log, "correction", progress=False)
     assert (counts["asked"], counts["cached"], FailsAfter.answered) == (3, 3, 3)
+
+
+def test_the_tiny_critic_runs_correction_and_best_of_n_on_synthetic_chains(tmp_path):
+    # issue 13's "done when": both tasks on the synthetic data with the tiny critic, in the report with plots
+    from stepcritic.data_prep.synth import synthesize
+    from stepcritic.train.tiny_cache import tiny_critic_path
+
+    save_chains(synthesize(12, seed=3, image_size=32), str(tmp_path / "chains"))
+    critic = build_judge(f"hf:{tiny_critic_path()},max_new_tokens=8,batch_size=4")
+    try:
+        metrics = evaluate(str(tmp_path / "chains"), [critic, build_judge("always-correct")], str(tmp_path / "out"),
+                           tasks=["best-of-n", "correction"], progress=False, log=lambda line: None)
+    finally:
+        critic.close()
+    own = metrics["judges"][critic.name]["overall"]
+    assert own["correction"]["corrector"] == critic.name and own["best-of-n"]["n_questions"] == 4
+    # whatever an untrained model writes, PCR and NCR are defined (a reply without an answer is a wrong a')
+    gold = own["correction"]["gold"]
+    assert gold["n_correct_before"] > 0 and gold["n_incorrect_before"] > 0
+    assert gold["ncr"] is not None and gold["pcr"] is not None and own["correction"]["own"]["gain"] is not None
+    assert metrics["judges"]["always-correct"]["overall"]["correction"]["gold"]["gain"] is None  # no corrector
+    assert {"best_of_n", "correction"} <= set(metrics["plots"])
+    report = open(tmp_path / "out" / "report.md").read()
+    assert "## Best-of-N" in report and "## Correction" in report
