@@ -39,7 +39,10 @@ class RowWriter:
         self.path, self.features = path, features
         self.max_rows = MAX_BATCH_ROWS if max_rows is None else max_rows
         self.max_bytes = MAX_BATCH_BYTES if max_bytes is None else max_bytes
-        self._writer = ArrowWriter(features=features, path=path)
+        # One flush, one Arrow record batch (datasets would cut image rows into batches of 100): opening an Arrow
+        # stream file reads every batch's header through the memory map, and with small batches the pages faulted in
+        # around them came to half the file, counted in the resident memory of every process that opens it.
+        self._writer = ArrowWriter(features=features, path=path, writer_batch_size=self.max_rows)
         self._rows: list[dict] = []
         self._bytes = 0
         self.n_rows = 0
