@@ -15,7 +15,7 @@ judge is exactly random pick), and a candidate without a score ranks below any s
 Against three references, the same for every judge:
 - random pick: the expected accuracy of a uniform pick, the share of right answers (its expectation, not a draw);
 - majority vote: the most frequent final answer (answers compared by `correction.normalize_answer`; chains without
-  one abstain, ties shared as above);
+  one abstain, ties shared as above; None where no chain of a question has a final answer);
 - oracle: right when any candidate is right.
 
 As a function of N (1, 2, 4, ... and the largest group size): for each question with at least N candidates, every
@@ -58,15 +58,16 @@ def random_accuracy(correct: list[bool]) -> float:
     return sum(correct) / len(correct)
 
 
-def majority_accuracy(answers: list[str | None], correct: list[bool]) -> float:
+def majority_accuracy(answers: list[str | None], correct: list[bool]) -> float | None:
     """Expected correctness of the most frequent answer (ties shared over the tied answers, each answer right as
-    often as its chains are); candidates without an answer abstain, and with no answer at all it is a random pick."""
+    often as its chains are); candidates without an answer abstain. None when none has an answer (MiCEval's chains
+    carry no final answer): there is nothing to vote on, and a random pick would pass for a vote."""
     by_answer: dict[str, list[bool]] = defaultdict(list)
     for a, c in zip(answers, correct):
         if a is not None:
             by_answer[a].append(c)
     if not by_answer:
-        return random_accuracy(correct)
+        return None
     most = max(len(v) for v in by_answer.values())
     tied = [v for v in by_answer.values() if len(v) == most]
     return statistics.fmean(sum(v) / len(v) for v in tied)

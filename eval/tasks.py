@@ -300,7 +300,8 @@ _METRICS += [
     for selector, (display, what) in BON_SELECTORS.items()
 ] + [
     # the same for every judge (they do not depend on its scores): no direction, nothing bolded
-    Metric(f"bon_{ref}", "best-of-n", f"full.{ref}", display, None, _BON_OVER, what, fn, "group", NO_QUESTIONS,
+    Metric(f"bon_{ref}", "best-of-n", f"full.{ref}", display, None, _BON_OVER, what, fn, "group",
+           NO_QUESTIONS + (", or the chains of a question give no final answer" if ref == "majority" else ""),
            table="best_of_n")
     for ref, (display, what, fn) in BON_REFERENCES.items()
 ]

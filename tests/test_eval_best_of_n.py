@@ -30,7 +30,7 @@ def test_references_random_majority_and_oracle():
     assert bon.random_accuracy([True, False, False, False]) == 0.25
     assert bon.majority_accuracy(["b", "b", "a", None], [False, False, True, True]) == 0.0
     assert bon.majority_accuracy(["a", "b"], [True, False]) == 0.5  # a tie of answers shares it
-    assert bon.majority_accuracy([None, None], [True, False]) == 0.5  # nobody answers: random
+    assert bon.majority_accuracy([None, None], [True, False]) is None  # nobody answers: no vote, not a random pick
     assert bon.oracle_accuracy([False, True]) == 1.0 and bon.oracle_accuracy([False]) == 0.0
 
 
@@ -68,6 +68,9 @@ def test_a_constant_judge_is_exactly_random_pick_and_no_question_means_none():
     result = bon.best_of_n(q)
     for n in ("1", "2", "3"):
         assert result["curve"]["chain"][n] == result["curve"]["random"][n]
+    no_answers = bon.best_of_n({"q": [cand(True, chain=0.2), cand(False, chain=0.1)]})  # MiCEval: no final answers
+    assert no_answers["full"]["majority"] is None and no_answers["curve"]["majority"]["2"] is None
+    assert no_answers["full"]["chain"] == 1.0
     empty = bon.best_of_n({})
     assert empty["ns"] == [] and all(v is None for v in empty["full"].values())
 
