@@ -20,10 +20,11 @@ abstain), prm-sft needs every step's verdict, outcome-rm needs `chain_correct` a
 a fully correct and an incorrect chain. Neutral steps (`labels.py`) follow `--neutral`: under "skip" prm-sft keeps
 the step with no target and the critique kinds skip the chain (reason `neutral_step`).
 
-Memory: the chains are read `CHAIN_BATCH` at a time from the memory-mapped chains set and the rows written to Arrow
-in byte-bounded batches (`arrow_io`), so what grows with the input is only its ids. critique-pref first reads the
-labels (no image) twice, for the split's explanation pool and then its corruption plan; outcome-rm reads each
-split's groups whole. The rows are those of a build that held every split at once (tests/test_data_streaming.py).
+Memory: the chains are read `CHAIN_BATCH` at a time from the chains set's files (plain reads, not the memory map,
+`arrow_io.iter_rows`) and the rows written to Arrow in byte-bounded batches (`arrow_io.RowWriter`), so what grows
+with the input is only its ids. critique-pref first reads the labels (no image) twice, for the split's explanation
+pool and then its corruption plan; outcome-rm holds each group until its last chain is read. The rows are those of a
+build that held every split at once (tests/test_data_streaming.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import os
 from collections import Counter
 
 from stepcritic.data_prep import build_rows, critique, labels, pairs, prompts, schema
-from stepcritic.data_prep.arrow_io import RowWriter, save_files, temp_dir_beside
+from stepcritic.data_prep.arrow_io import RowWriter, iter_rows, save_files, temp_dir_beside
 from stepcritic.data_prep.build_rows import BUILDERS, features  # noqa: F401 (the builders and columns, by kind)
 from stepcritic.data_prep.contract import KIND_NAMES as KINDS
 from stepcritic.data_prep.contract import KINDS as KIND_SPECS
@@ -67,8 +68,7 @@ def _as_chains_dataset(chains, tmp: str):
             chains = chains.cast_column("image", Image(decode=False))
         if {"chain_id", "group_id"} <= set(chains.column_names) and all(chains.data.column("group_id").to_pylist()):
             return chains
-        records = (dict(zip(batch, values)) for batch in chains.iter(batch_size=CHAIN_BATCH)
-                   for values in zip(*batch.values()))
+        records = (record for batch in iter_rows(chains, CHAIN_BATCH) for record in batch)
     elif isinstance(chains, (list, tuple)):
         records = iter(chains)
     else:
@@ -78,10 +78,6 @@ def _as_chains_dataset(chains, tmp: str):
         where = record.get("chain_id") if isinstance(record, dict) and record.get("chain_id") else f"chains[{i}]"
         writer.add(schema.validate_chain(record, where=str(where)))
     return writer.close().cast_column("image", Image(decode=False))
-
-
-def _records(batch: dict):
-    return (dict(zip(batch, values)) for values in zip(*batch.values()))
 
 
 class _Reader:
@@ -99,17 +95,17 @@ class _Reader:
             self.sources[chain["source"]] += 1
         return labels.resolve_neutral(chain, self.neutral)
 
-    def batches(self, count: bool = True, dataset=None):
-        """Lists of validated chains, `CHAIN_BATCH` at a time, in the dataset's order."""
-        for batch in (self.chains if dataset is None else dataset).iter(batch_size=CHAIN_BATCH):
-            yield [self.validated(record, count) for record in _records(batch)]
+    def batches(self):
+        """Lists of validated chains, `CHAIN_BATCH` at a time, in the dataset's order (counted)."""
+        for batch in iter_rows(self.chains, CHAIN_BATCH):
+            yield [self.validated(record, True) for record in batch]
 
     def labels_only(self):
         """Every validated chain without reading an image: label passes of the kinds planned over a whole split.
         Validation is given a one-pixel stand-in (group ids are already there; rows are never made from these)."""
         columns = [c for c in self.chains.column_names if c != "image"]
-        for batch in self.chains.select_columns(columns).iter(batch_size=1000):
-            for record in _records(batch):
+        for batch in iter_rows(self.chains, 1000, columns):
+            for record in batch:
                 yield self.validated(dict(record, image=_stand_in_image()), count=False)
 
 
@@ -158,26 +154,37 @@ def _whole_split_context(kind: str, reader: _Reader, held_out: set, mix: dict | 
     return {s: {"pool": pools[s], "plan": pairs.plan_from_options(options[s], mix, seed)} for s in SPLITS}
 
 
-def _by_group(chains, held_out: set):
-    """The chains reordered so each split's groups come whole, in order of first appearance within the split
-    (outcome-rm pairs chains within a group; its rows come out in the order a whole-split build gives)."""
-    order: dict[str, dict[str, list[int]]] = {s: {} for s in SPLITS}
-    for i, group in enumerate(chains.data.column("group_id").to_pylist()):
-        order[HELD_OUT if group in held_out else TRAIN].setdefault(group, []).append(i)
-    return chains.select([i for s in SPLITS for indices in order[s].values() for i in indices])
+def _whole_groups(reader: _Reader, group_ids: list[str], held_out: set):
+    """Batches of whole groups, each split's groups in order of first appearance within the split (outcome-rm pairs
+    chains within a group, and its rows come in the order a whole-split build gives), from one sequential read.
 
-
-def _group_batches(batches):
-    """Batches of whole groups from batches of chains sorted by group."""
-    pending: list[dict] = []
-    for batch in batches:
+    A group is held until its last chain has been read, and a complete group until every group that appeared before
+    it in its split is complete too: nothing is held when a group's chains are together, as ingest and synth write
+    them, and at worst, groups scattered over the whole file, the chains of the groups still open."""
+    left = Counter(group_ids)
+    held: dict[str, list[dict]] = {}
+    queues: dict[str, list[str]] = {s: [] for s in SPLITS}  # each split's groups in order of first appearance
+    heads = {s: 0 for s in SPLITS}
+    ready: list[dict] = []
+    for batch in reader.batches():
         for chain in batch:
-            if len(pending) >= CHAIN_BATCH and pending[-1]["group_id"] != chain["group_id"]:
-                yield pending
-                pending = []
-            pending.append(chain)
-    if pending:
-        yield pending
+            group = chain["group_id"]
+            if group not in held:
+                held[group] = []
+                queues[HELD_OUT if group in held_out else TRAIN].append(group)
+            held[group].append(chain)
+            left[group] -= 1
+        for s in SPLITS:
+            queue = queues[s]
+            while heads[s] < len(queue) and left[queue[heads[s]]] == 0:
+                ready += held.pop(queue[heads[s]])
+                heads[s] += 1
+        if len(ready) >= CHAIN_BATCH:
+            yield ready
+            ready = []
+    assert not held, "every group completes once every chain is read"
+    if ready:
+        yield ready
 
 
 def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, tmp: str, step_labels: dict,
@@ -195,7 +202,7 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
     produced = {s: build_rows._SplitRows() for s in SPLITS}
     batches = reader.batches()
     if kind == "outcome-rm":
-        batches = _group_batches(reader.batches(dataset=_by_group(chains, held_out)))
+        batches = _whole_groups(reader, chains.data.column("group_id").to_pylist(), held_out)
     for batch in batches:
         by_split: dict[str, list] = {s: [] for s in SPLITS}
         for chain in batch:
@@ -208,7 +215,7 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
             writers[s].extend(out.rows)
             out.n_rows += len(out.rows)
             out.rows.clear()
-    assert reader.n_in == len(chains)  # every chain read once, whatever the order
+    assert reader.n_in == len(chains)  # every chain read once
     for s in SPLITS:
         writers[s].close()
     info = {"chains_in": reader.n_in, "sources": reader.sources, "neutral_steps": reader.n_neutral, **split_info}
