@@ -58,8 +58,11 @@ def run_stage(name: str, argv: list[str], n_chains: int, out: str | None) -> dic
     _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage; wait4 also reaps it
     seconds = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
-    result = {"stage": name, "seconds": round(seconds, 2), "chains_per_s": round(n_chains / seconds, 1),
-              "peak_rss_mib": round(usage.ru_maxrss / 1024), "ok": proc.returncode == 0}
+    # CPU time (user + system, the child's own) beside wall time: on a machine shared with other jobs the wall
+    # clock of the same stage varies by 2x from run to run, its CPU time by a few percent
+    result = {"stage": name, "seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+              "chains_per_s": round(n_chains / seconds, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024),
+              "ok": proc.returncode == 0}
     if proc.returncode != 0:
         result["error"] = (stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:500]
     if out and os.path.exists(out):
@@ -110,14 +113,17 @@ def run_n(n: int, args, work: str) -> dict:
                                                       "--out", out, "--seed", str(args.seed)], n, out))
     report["peak_rss_mib"] = max(s["peak_rss_mib"] for s in stages)
     report["seconds"] = round(sum(s["seconds"] for s in stages), 1)
+    report["cpu_seconds"] = round(sum(s["cpu_seconds"] for s in stages), 1)
     return report
 
 
 def table(report: dict) -> str:
-    lines = [f"N = {report['n_chains']:,}: {report['seconds']} s in all, peak RSS {report['peak_rss_mib']} MiB",
-             f"  {'stage':<22}{'seconds':>9}{'chains/s':>11}{'peak RSS MiB':>14}{'output MiB':>12}"]
+    lines = [f"N = {report['n_chains']:,}: {report['seconds']} s in all ({report['cpu_seconds']} s CPU), peak RSS "
+             f"{report['peak_rss_mib']} MiB",
+             f"  {'stage':<22}{'seconds':>9}{'CPU s':>9}{'chains/s':>11}{'peak RSS MiB':>14}{'output MiB':>12}"]
     for s in report["stages"]:
-        lines.append(f"  {s['stage']:<22}{s['seconds']:>9.1f}{s['chains_per_s']:>11.0f}{s['peak_rss_mib']:>14}"
+        lines.append(f"  {s['stage']:<22}{s['seconds']:>9.1f}{s['cpu_seconds']:>9.1f}{s['chains_per_s']:>11.0f}"
+                     f"{s['peak_rss_mib']:>14}"
                      f"{s.get('output_mib', ''):>12}" + ("" if s["ok"] else f"  FAILED: {s.get('error')}"))
     return "\n".join(lines)
 
@@ -125,11 +131,15 @@ def table(report: dict) -> str:
 def scaling(reports: list[dict]) -> dict:
     """Per stage: time at the largest N over time at the smallest, beside the N ratio (linear: equal)."""
     small, large = reports[0], reports[-1]
-    times = {s["stage"]: s["seconds"] for s in small["stages"]}
-    ratios = {s["stage"]: round(s["seconds"] / times[s["stage"]], 2) for s in large["stages"]
-              if s["stage"] in times and times[s["stage"]] > 0}
-    return {"n_ratio": round(large["n_chains"] / small["n_chains"], 2), "time_ratio": ratios,
-            "total_time_ratio": round(large["seconds"] / small["seconds"], 2)}
+
+    def ratios(key):
+        before = {s["stage"]: s[key] for s in small["stages"]}
+        return {s["stage"]: round(s[key] / before[s["stage"]], 2) for s in large["stages"]
+                if before.get(s["stage"], 0) > 0}
+
+    return {"n_ratio": round(large["n_chains"] / small["n_chains"], 2), "time_ratio": ratios("seconds"),
+            "total_time_ratio": round(large["seconds"] / small["seconds"], 2), "cpu_ratio": ratios("cpu_seconds"),
+            "total_cpu_ratio": round(large["cpu_seconds"] / small["cpu_seconds"], 2)}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -156,6 +166,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"time ratio N={ns[-1]:,} / N={ns[0]:,} (N ratio {result['scaling']['n_ratio']}): "
               + ", ".join(f"{k} {v}" for k, v in result["scaling"]["time_ratio"].items())
               + f"; all stages {result['scaling']['total_time_ratio']}")
+        print("CPU time ratio: " + ", ".join(f"{k} {v}" for k, v in result["scaling"]["cpu_ratio"].items())
+              + f"; all stages {result['scaling']['total_cpu_ratio']}")
     largest = result["runs"][-1]
     ok = all(s["ok"] for r in result["runs"] for s in r["stages"])
     print(f"peak RSS at N={largest['n_chains']:,}: {largest['peak_rss_mib']} MiB "

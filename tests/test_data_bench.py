@@ -16,11 +16,14 @@ def test_bench_reports_each_stage_for_each_n_and_the_time_ratio(tmp_path, capsys
     for run in report["runs"]:
         assert [s["stage"] for s in run["stages"]] == ["synth", "ingest", "build/prm-sft", "build/outcome-rm"]
         assert run["canonical_jsonl"]["chains"] == run["n_chains"]
-        assert all(s["ok"] and s["peak_rss_mib"] > 50 and s["chains_per_s"] > 0 for s in run["stages"])
+        assert all(s["ok"] and s["peak_rss_mib"] > 50 and s["chains_per_s"] > 0 and 0 < s["cpu_seconds"]
+                   for s in run["stages"])
     assert report["scaling"]["n_ratio"] == 2 and set(report["scaling"]["time_ratio"]) == {
         "synth", "ingest", "build/prm-sft", "build/outcome-rm"}
     out = capsys.readouterr().out
-    assert "N = 12:" in out and "time ratio N=12 / N=6" in out and "under the 2 GB target" in out
+    assert set(report["scaling"]["cpu_ratio"]) == set(report["scaling"]["time_ratio"])
+    assert "N = 12:" in out and "time ratio N=12 / N=6" in out and "CPU time ratio" in out
+    assert "under the 2 GB target" in out
 
 
 def test_bench_refuses_a_chain_count_below_one(capsys):
