@@ -88,7 +88,7 @@ def iter_rows(dataset, batch_size: int, columns: list[str] | None = None):
 
     files = [f["filename"] for f in dataset.cache_files]
     columns = list(dataset.column_names if columns is None else columns)
-    if dataset._indices is None and files and all(_has_columns(path, columns) for path in files):
+    if _whole_files(dataset) and all(_has_columns(path, columns) for path in files):
         n_rows, pending = 0, []
         for path in files:
             with pa.OSFile(path) as source:
@@ -107,6 +107,15 @@ def iter_rows(dataset, batch_size: int, columns: list[str] | None = None):
         return
     for batch in dataset.select_columns(columns).with_format(None).iter(batch_size=batch_size):
         yield [dict(zip(batch, values)) for values in zip(*batch.values())]
+
+
+def _whole_files(dataset) -> bool:
+    """Whether `dataset` is every row of one Arrow file as written (no row selection, no slice)."""
+    from datasets.table import MemoryMappedTable
+
+    table = dataset.data
+    return (dataset._indices is None and isinstance(table, MemoryMappedTable)
+            and not any(name in ("slice", "filter", "take") for name, *_ in table.replays))
 
 
 def _has_columns(path: str, columns: list[str]) -> bool:

@@ -100,7 +100,11 @@ def run_n(n: int, args, work: str) -> dict:
     if stages[0]["ok"]:
         start = time.perf_counter()
         os.makedirs(os.path.dirname(jsonl), exist_ok=True)
-        written = write_canonical_jsonl(synth_out, jsonl)
+        # in a child: a fresh process's peak RSS starts from its parent's at the fork (vfork shares the memory map,
+        # and exec keeps the high-water mark), so this process must stay small for the stages to measure alone
+        written = int(subprocess.run([sys.executable, "-c", "import sys; from stepcritic.data_prep.bench import "
+                                      "write_canonical_jsonl as w; print(w(sys.argv[1], sys.argv[2]))",
+                                      synth_out, jsonl], check=True, capture_output=True, text=True).stdout)
         report["canonical_jsonl"] = {"chains": written, "seconds": round(time.perf_counter() - start, 2),
                                      "mib": folder_mib(os.path.dirname(jsonl))}
         stages.append(run_stage("ingest", ["data", "ingest", "--format", "jsonl", "--input", jsonl, "--out", chains,

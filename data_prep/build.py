@@ -23,7 +23,7 @@ the step with no target and the critique kinds skip the chain (reason `neutral_s
 Memory: the chains are read `CHAIN_BATCH` at a time from the chains set's files (plain reads, not the memory map,
 `arrow_io.iter_rows`) and the rows written to Arrow in byte-bounded batches (`arrow_io.RowWriter`), so what grows
 with the input is only its ids. critique-pref first reads the labels (no image) twice, for the split's explanation
-pool and then its corruption plan; outcome-rm holds each group until its last chain is read. The rows are those of a
+pool and then its corruption plan; outcome-rm fetches a group's chains where it first appears. The rows are those of a
 build that held every split at once (tests/test_data_streaming.py).
 """
 
@@ -154,35 +154,35 @@ def _whole_split_context(kind: str, reader: _Reader, held_out: set, mix: dict | 
     return {s: {"pool": pools[s], "plan": pairs.plan_from_options(options[s], mix, seed)} for s in SPLITS}
 
 
-def _whole_groups(reader: _Reader, group_ids: list[str], held_out: set):
-    """Batches of whole groups, each split's groups in order of first appearance within the split (outcome-rm pairs
-    chains within a group, and its rows come in the order a whole-split build gives), from one sequential read.
+def _whole_groups(reader: _Reader, chains):
+    """Batches of whole groups in order of first appearance (outcome-rm pairs chains within a group, and its rows
+    come in the order a whole-split build gives), from one sequential read.
 
-    A group is held until its last chain has been read, and a complete group until every group that appeared before
-    it in its split is complete too: nothing is held when a group's chains are together, as ingest and synth write
-    them, and at worst, groups scattered over the whole file, the chains of the groups still open."""
-    left = Counter(group_ids)
-    held: dict[str, list[dict]] = {}
-    queues: dict[str, list[str]] = {s: [] for s in SPLITS}  # each split's groups in order of first appearance
-    heads = {s: 0 for s in SPLITS}
+    Where a group first appears, its other chains are fetched at once unless they are the rows right after it (the
+    same scene and question drawn twice far apart, say) and passed over when the read reaches them: a group is
+    complete by the time the next one starts, and memory holds one batch, whatever the order of the input."""
+    positions: dict[str, list[int]] = {}
+    for i, group in enumerate(chains.data.column("group_id").to_pylist()):
+        positions.setdefault(group, []).append(i)
+    fetched: set[int] = set()
     ready: list[dict] = []
+    i = -1
     for batch in reader.batches():
         for chain in batch:
-            group = chain["group_id"]
-            if group not in held:
-                held[group] = []
-                queues[HELD_OUT if group in held_out else TRAIN].append(group)
-            held[group].append(chain)
-            left[group] -= 1
-        for s in SPLITS:
-            queue = queues[s]
-            while heads[s] < len(queue) and left[queue[heads[s]]] == 0:
-                ready += held.pop(queue[heads[s]])
-                heads[s] += 1
-        if len(ready) >= CHAIN_BATCH:
-            yield ready
-            ready = []
-    assert not held, "every group completes once every chain is read"
+            i += 1
+            if i in fetched:
+                fetched.discard(i)
+                continue
+            if len(ready) >= CHAIN_BATCH and chain["group_id"] != ready[-1]["group_id"]:
+                yield ready
+                ready = []
+            ready.append(chain)
+            place = positions[chain["group_id"]]
+            if place[0] == i and len(place) > 1 and place[-1] - i != len(place) - 1:  # the rest is elsewhere
+                rest = place[1:]
+                # counted when the read reaches them
+                ready += [reader.validated(r, False) for b in iter_rows(chains.select(rest), CHAIN_BATCH) for r in b]
+                fetched.update(rest)
     if ready:
         yield ready
 
@@ -202,7 +202,7 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
     produced = {s: build_rows._SplitRows() for s in SPLITS}
     batches = reader.batches()
     if kind == "outcome-rm":
-        batches = _whole_groups(reader, chains.data.column("group_id").to_pylist(), held_out)
+        batches = _whole_groups(reader, chains)
     for batch in batches:
         by_split: dict[str, list] = {s: [] for s in SPLITS}
         for chain in batch:
