@@ -7,5 +7,6 @@
     python -m stepcritic.bench.base_probe --model DIR              what a tiny base answers about its scenes
     python -m stepcritic.bench.openai_judge                        API judge throughput against a local fake server
     python -m stepcritic.bench.runner                              `stepcritic eval` wall time and memory, 10k chains
-    python -m stepcritic.bench.data [--n N]                        data stage: synth, ingest, every build; chains/s, RSS
+
+The data stage's benchmark lives with the data stage: `python -m stepcritic.data_prep.bench --n N [N ...]`.
 """
