@@ -61,11 +61,11 @@ def _as_chains_dataset(chains, tmp: str):
     A saved chains dataset is used as it is; a list of chain dicts, or a dataset with rows lacking a group id
     (validation derives it from the image), is validated and written to Arrow under `tmp` first, in bounded batches.
     """
-    from datasets import Dataset, Image
+    from datasets import Dataset
 
     if isinstance(chains, Dataset):
         if "image" in chains.column_names:  # rows only need the encoded bytes
-            chains = chains.cast_column("image", Image(decode=False))
+            chains = schema.undecoded(chains)
         if {"chain_id", "group_id"} <= set(chains.column_names) and all(chains.data.column("group_id").to_pylist()):
             return chains
         records = (record for batch in iter_rows(chains, CHAIN_BATCH) for record in batch)
@@ -77,7 +77,7 @@ def _as_chains_dataset(chains, tmp: str):
     for i, record in enumerate(records):
         where = record.get("chain_id") if isinstance(record, dict) and record.get("chain_id") else f"chains[{i}]"
         writer.add(schema.validate_chain(record, where=str(where)))
-    return writer.close().cast_column("image", Image(decode=False))
+    return schema.undecoded(writer.close())
 
 
 class _Reader:
@@ -103,7 +103,7 @@ class _Reader:
     def labels_only(self):
         """Every validated chain without reading an image: label passes of the kinds planned over a whole split.
         Validation is given a one-pixel stand-in (group ids are already there; rows are never made from these)."""
-        columns = [c for c in self.chains.column_names if c != "image"]
+        columns = [c for c in self.chains.column_names if c not in ("image", "extra_images")]
         for batch in iter_rows(self.chains, 1000, columns):
             for record in batch:
                 yield self.validated(dict(record, image=_stand_in_image()), count=False)

@@ -12,7 +12,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from stepcritic.data_prep import contract, critique, labels, pairs, prompts
+from stepcritic.data_prep import contract, critique, labels, pairs, prompts, schema
 
 
 @dataclass
@@ -44,7 +44,7 @@ def _count_explanations(chain: dict, out: _SplitRows) -> None:
 
 
 def _ids(chain: dict) -> dict:
-    return {"images": [chain["image"]], "chain_id": chain["chain_id"], "group_id": chain["group_id"]}
+    return {"images": schema.chain_images(chain), "chain_id": chain["chain_id"], "group_id": chain["group_id"]}
 
 
 # ----------------------------------------------------------------------------- one function per kind
@@ -174,7 +174,7 @@ def _outcome_rm(chains, template, out: _SplitRows, **_) -> None:
     for good, bad in chain_pairs:
         prompt, chosen = prompts.outcome_messages(good, template)
         _, rejected = prompts.outcome_messages(bad, template)
-        out.rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "images": [good["image"]],
+        out.rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "images": schema.chain_images(good),
                          "chosen_chain_id": good["chain_id"], "rejected_chain_id": bad["chain_id"],
                          "group_id": good["group_id"]})
     out.labels["chosen_chains"] += len({g["chain_id"] for g, _ in chain_pairs})

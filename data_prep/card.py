@@ -188,11 +188,10 @@ def ingest_card_text(stats: dict) -> str:
                       "--step-targets soft` trains on the scores themselves."]
     if notes.get("multi_image_chains"):
         lines += ["", "## Images", "",
-                  f"**{notes['multi_image_chains']} chains list several images; only the first is kept** (the "
-                  f"canonical schema holds one image per chain), {notes['images_left_out']} images left out in "
-                  "all. Every path is in the chain's `meta.images` and the chain ids in `stats.json` "
-                  "(`multi_image_chains`): a question about a later image cannot be answered from these chains, "
-                  "so leave them out of evaluation."]
+                  f"{notes['multi_image_chains']} chains show several images ({notes['extra_images']} beyond the "
+                  "first). Every image is kept, in order: the first is the chain's `image`, the others its "
+                  "`extra_images`, and every prompt shows them all in that order. The chain ids are in "
+                  "`stats.json` (`multi_image_chains`)."]
     return "\n".join(lines) + "\n"
 
 

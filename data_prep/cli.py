@@ -112,8 +112,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"note: {notes['soft_labelled_steps']} steps with a soft label; above {stats['soft_threshold']}: "
                   f"{notes['soft_labelled_correct']} correct, {notes['soft_labelled_incorrect']} incorrect")
         if notes["multi_image_chains"]:
-            print(f"note: {notes['multi_image_chains']} chains list several images; only the first is kept "
-                  f"({notes['images_left_out']} left out; ids in stats.json multi_image_chains)")
+            print(f"note: {notes['multi_image_chains']} chains show several images ({notes['extra_images']} beyond "
+                  "the first), all kept in order; ids in stats.json multi_image_chains")
         if "chain_label_check" in stats:
             check = stats["chain_label_check"]
             print(f"step-derived chain correctness vs {check['field']}: {check['agree']} agree, "

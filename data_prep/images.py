@@ -30,3 +30,10 @@ def png_bytes(image) -> bytes:
     buf = io.BytesIO()
     to_rgb(image).save(buf, format="PNG")
     return buf.getvalue()
+
+
+def rgb_images(chain: dict) -> list:
+    """Every image of a chain (`schema.chain_images`), in order, as RGB PIL images."""
+    from stepcritic.data_prep.schema import chain_images
+
+    return [to_rgb(image) for image in chain_images(chain)]

@@ -17,7 +17,7 @@ from typing import Iterator
 
 from stepcritic.data_prep import labels
 from stepcritic.data_prep.card import write_ingest_card
-from stepcritic.data_prep.schema import SchemaError, chain_meta, validate_chain
+from stepcritic.data_prep.schema import SchemaError, validate_chain
 from stepcritic.errors import UserError
 
 # format -> adapter module; each exposes `convert(raw, where, ctx) -> dict` (a chain before validation),
@@ -38,7 +38,7 @@ STEP_ASPECTS = ("type", "correct", "description_correctness", "description_relev
 
 # what stats["label_notes"] counts (every key, zeros included, so a reader can tell "none" from "not counted")
 NOTE_KEYS = ("neutral_steps", "soft_labelled_steps", "soft_labelled_correct", "soft_labelled_incorrect",
-             "multi_image_chains", "images_left_out")
+             "multi_image_chains", "extra_images")
 
 
 class IngestError(UserError, RuntimeError):
@@ -223,7 +223,7 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
                 writer.add(chain)
                 n_steps += len(chain["steps"])
                 counts.add(chain)
-                chain_notes = labels.label_notes(chain, chain_meta(chain))
+                chain_notes = labels.label_notes(chain)
                 notes.update(chain_notes)
                 if chain_notes["multi_image_chains"]:
                     multi_image.append(chain["chain_id"])
@@ -245,7 +245,7 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
                 with open(rejected_path, encoding="utf-8") as f:
                     stats["rejected"] = [json.loads(line) for line in f]
         if hasattr(adapter, "check"):  # a second pass over the written chains, images left out
-            stats.update(adapter.check(dataset.remove_columns("image")))
+            stats.update(adapter.check(dataset.remove_columns(["image", "extra_images"])))
         if out_dir:
             if not len(dataset):
                 raise IngestError(f"no valid chains in {input_path} ({n_rejected} rejected); nothing written")

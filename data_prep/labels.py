@@ -76,18 +76,16 @@ def step_targets(chain: dict, targets: str) -> list[float | None]:
     return out
 
 
-def label_notes(chain: dict, meta: dict) -> Counter:
-    """What ingest counts about one kept chain beyond the booleans: neutral and soft-labelled steps, images left
-    out of multi-image chains (the canonical schema holds one image per chain; adapters keep the first and list
-    every path in `meta["images"]`)."""
+def label_notes(chain: dict) -> Counter:
+    """What ingest counts about one kept chain beyond the booleans: neutral and soft-labelled steps, and images
+    beyond the first (`extra_images`)."""
     notes: Counter = Counter()
     for s in chain["steps"]:
         notes["neutral_steps"] += is_neutral(s)
         if s.get("soft_label") is not None:
             notes["soft_labelled_steps"] += 1
             notes[f"soft_labelled_{VERDICT_NAMES[s['correct']]}"] += 1
-    images = meta.get("images")
-    if isinstance(images, list) and len(images) > 1:
+    if chain.get("extra_images"):
         notes["multi_image_chains"] += 1
-        notes["images_left_out"] += len(images) - 1
+        notes["extra_images"] += len(chain["extra_images"])
     return notes

@@ -4,8 +4,8 @@ Training rows and evaluation prompts must be byte-for-byte the same, so every pr
 from a Jinja2 template in `templates/` (or a user file with the same variables); so are the prompts only
 judges ask (a 0-10 score, the listwise choice, LookBack's checks), so every template has one loader, one
 hash and a golden snapshot. Messages follow TRL's
-conversational vision format: every `content` is a list of parts, and the single image of a chain is an
-`{"type": "image"}` placeholder at the start of the first user turn; the image itself travels separately
+conversational vision format: every `content` is a list of parts, and a chain's images are `{"type": "image"}`
+placeholders (one per image, in order) at the start of the first user turn; the images themselves travel separately
 (the dataset's `images` column, or `trl.data_utils.prepare_multimodal_messages(messages, images)`).
 
 Step indices passed to these functions are 0-based (as in `chain["steps"]`); prompts show 1-based numbers.
@@ -129,8 +129,13 @@ def _text(text: str) -> dict:
     return {"type": "text", "text": text}
 
 
-def user_with_image(text: str) -> dict:
-    return {"role": "user", "content": [{"type": "image"}, _text(text)]}
+def user_with_image(text: str, n_images: int = 1) -> dict:
+    return {"role": "user", "content": [*[{"type": "image"}] * n_images, _text(text)]}
+
+
+def _shown(chain: dict, text: str) -> dict:
+    """The user turn that shows the chain's images (one placeholder each, in order) and asks `text`."""
+    return user_with_image(text, len(schema.chain_images(chain)))
 
 
 def user_turn(text: str) -> dict:
@@ -155,7 +160,7 @@ def critique_messages(chain: dict, template: str | PromptTemplate | None = None)
     text = _resolve(template, "critique").render(
         question=chain["question"], steps=_step_texts(chain), final_answer=chain.get("final_answer") or "",
         format_example=CRITIQUE_FORMAT_EXAMPLE)
-    return [user_with_image(text)]
+    return [_shown(chain, text)]
 
 
 def critique_target(chain: dict) -> str:
@@ -189,7 +194,7 @@ def verifier_messages(task: str, chain: dict, step_index: int | None,
     if task not in CHAIN_LEVEL_TASKS:
         _check_step_index(chain, step_index)
         variables.update(step_number=step_index + 1, step=steps[step_index], previous=steps[:step_index])
-    return [user_with_image(_resolve(template, "verifier").render(**variables))]
+    return [_shown(chain, _resolve(template, "verifier").render(**variables))]
 
 
 def _bool_label(value: bool | None, yes: str, no: str) -> str | None:
@@ -240,7 +245,7 @@ def _prm_conversation(chain: dict, judgements: list[str], template, notes: bool 
     for number, (step, judgement) in enumerate(zip(steps, judgements), 1):
         text = tpl.render(question=chain["question"], step_number=number, step=step, n_steps=len(steps),
                           positive=PRM_POSITIVE, negative=PRM_NEGATIVE, notes=notes)
-        messages.append(user_with_image(text) if number == 1 else user_turn(text))
+        messages.append(_shown(chain, text) if number == 1 else user_turn(text))
         messages.append(assistant_turn(judgement))
     return messages
 
@@ -306,7 +311,7 @@ def chain_completion_text(chain: dict) -> str:
 
 def outcome_messages(chain: dict, template: str | PromptTemplate | None = None) -> tuple[list[dict], list[dict]]:
     """(prompt, completion) for chain-level reward modelling: image + question, then the whole chain."""
-    prompt = [user_with_image(_resolve(template, "outcome").render(question=chain["question"]))]
+    prompt = [_shown(chain, _resolve(template, "outcome").render(question=chain["question"]))]
     return prompt, [assistant_turn(chain_completion_text(chain))]
 
 
@@ -316,7 +321,7 @@ def score_messages(chain: dict) -> list[dict]:
     """The user turn asking for one 0-10 rating of the whole chain (read back by `critique.parse_score`)."""
     text = load_template("score").render(question=chain["question"], steps=_step_texts(chain),
                                          final_answer=chain.get("final_answer") or "")
-    return [user_with_image(text)]
+    return [_shown(chain, text)]
 
 
 def step_score_messages(chain: dict, step_index: int) -> list[dict]:
@@ -326,7 +331,7 @@ def step_score_messages(chain: dict, step_index: int) -> list[dict]:
     texts = _step_texts(chain)
     text = load_template("step_score").render(question=chain["question"], previous=texts[:step_index],
                                               step=texts[step_index], step_number=step_index + 1)
-    return [user_with_image(text)]
+    return [_shown(chain, text)]
 
 
 def listwise_messages(chains: list[dict]) -> list[dict]:
@@ -335,7 +340,7 @@ def listwise_messages(chains: list[dict]) -> list[dict]:
     candidates = [{"letter": letter, "steps": _step_texts(c), "final_answer": c.get("final_answer") or ""}
                   for letter, c in zip(string.ascii_uppercase, chains)]
     text = load_template("listwise").render(question=chains[0]["question"], candidates=candidates)
-    return [user_with_image(text)]
+    return [_shown(chains[0], text)]
 
 
 def lookback_question_messages(chain: dict, step_index: int, max_questions: int) -> list[dict]:
@@ -344,12 +349,12 @@ def lookback_question_messages(chain: dict, step_index: int, max_questions: int)
     _check_step_index(chain, step_index)
     text = load_template("lookback_questions").render(step=_step_texts(chain)[step_index],
                                                       max_questions=max_questions)
-    return [user_with_image(text)]
+    return [_shown(chain, text)]
 
 
-def lookback_answer_messages(question: str) -> list[dict]:
+def lookback_answer_messages(question: str, n_images: int = 1) -> list[dict]:
     """LookBack: one question answered from the image alone."""
-    return [user_with_image(load_template("lookback_answer").render(question=question))]
+    return [user_with_image(load_template("lookback_answer").render(question=question), n_images)]
 
 
 def lookback_final_text(checks: list[dict]) -> str:
@@ -375,4 +380,4 @@ def rpts_step_messages(chain: dict, step_index: int, premises: list[str], reads_
     _check_step_index(chain, step_index)
     text = load_template("rpts_step").render(question=chain["question"], premises=premises,
                                              conclusion=_step_texts(chain)[step_index], reads_image=reads_image)
-    return [user_with_image(text)]
+    return [_shown(chain, text)]

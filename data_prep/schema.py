@@ -3,6 +3,9 @@
 A chain is a plain dict (see `CHAIN_FIELDS` / `STEP_FIELDS`); `validate_chain` normalises one and
 raises `SchemaError` naming the record and the field; `save_chains`/`load_chains` store a list of
 chains as a self-contained Hugging Face dataset (images embedded as bytes in the `Image` feature).
+A chain shows one image (`image`) or several: the first is `image`, the others `extra_images`, in order, so a
+one-image chain reads and writes as simply as ever and datasets saved before `extra_images` existed still load;
+`chain_images` gives them all.
 
 Label vocabularies follow MiCEval (step types, per-aspect labels, error types) and VISCO
 (per-step correctness with reference critiques); a step may also carry a three-way `rating` (neutral steps) and
@@ -42,7 +45,7 @@ STEP_FIELDS = (
     "rating", "soft_label", "correction",
 )
 CHAIN_FIELDS = (
-    "chain_id", "group_id", "source", "image", "question", "reference_answer", "final_answer",
+    "chain_id", "group_id", "source", "image", "extra_images", "question", "reference_answer", "final_answer",
     "answer_correct", "chain_correct", "generator", "category", "steps", "meta",
 )
 
@@ -111,6 +114,12 @@ def group_id_for(image_key: str, question: str) -> str:
     return h[:16]
 
 
+def images_key(images: list) -> str:
+    """The image part of a group id: one image's fingerprint (as before several were allowed), or all of theirs."""
+    keys = [image_fingerprint(image) for image in images]
+    return keys[0] if len(keys) == 1 else "\x01".join(keys)
+
+
 def image_fingerprint(image: Any) -> str:
     """A stable key for an image value (path, bytes dict, PIL image), used for group ids."""
     if isinstance(image, dict):
@@ -126,17 +135,39 @@ def image_fingerprint(image: Any) -> str:
 
 # ----------------------------------------------------------------------------- images
 
-def load_image_bytes(value: Any, image_root: str | None = None, where: str | None = None) -> dict:
+def chain_images(chain: dict) -> list:
+    """Every image a chain shows, in order: `image`, then `extra_images` (absent in datasets saved before it)."""
+    return [chain["image"], *(chain.get("extra_images") or [])]
+
+
+def _image_values(record: dict, where: str) -> tuple[list, str]:
+    """The record's image values in order. `image` holds one value or a list; `images` (a list, TRL's spelling)
+    may stand in for it; `extra_images` (how chains are stored) follows `image`."""
+    if record.get("images") is not None:
+        if record.get("image") is not None or record.get("extra_images"):
+            raise SchemaError("give the images once: 'image' (one or a list) or 'images', not both", where, "images")
+        values, field = record["images"], "images"
+    else:
+        first, field = record.get("image"), "image"
+        values = list(first) if isinstance(first, (list, tuple)) else [first]
+        values += list(record.get("extra_images") or [])
+    if not isinstance(values, (list, tuple)) or not values:
+        raise SchemaError("expected a non-empty list of images", where, field)
+    return list(values), field
+
+
+def load_image_bytes(value: Any, image_root: str | None = None, where: str | None = None,
+                     field: str = "image") -> dict:
     """Turn a path, a base64 string, raw bytes or a PIL image into `{"bytes", "path"}`, checking it decodes."""
     from PIL import Image, UnidentifiedImageError
 
     path = None
     if value is None:
-        raise SchemaError("image is missing", where, "image")
+        raise SchemaError("image is missing", where, field)
     if isinstance(value, dict) and value.get("bytes"):
         data, path = value["bytes"], value.get("path")
     elif isinstance(value, dict) and value.get("path"):
-        return load_image_bytes(value["path"], image_root, where)
+        return load_image_bytes(value["path"], image_root, where, field)
     elif isinstance(value, (bytes, bytearray)):
         data = bytes(value)
     elif hasattr(value, "save"):  # PIL image
@@ -154,16 +185,16 @@ def load_image_bytes(value: Any, image_root: str | None = None, where: str | Non
             try:
                 data = base64.b64decode(value, validate=True)
             except ValueError:
-                raise SchemaError(f"image file not found: {candidate}", where, "image") from None
+                raise SchemaError(f"image file not found: {candidate}", where, field) from None
             if not data:
-                raise SchemaError(f"image file not found: {candidate}", where, "image")
+                raise SchemaError(f"image file not found: {candidate}", where, field)
     else:
-        raise SchemaError(f"unsupported image value of type {type(value).__name__}", where, "image")
+        raise SchemaError(f"unsupported image value of type {type(value).__name__}", where, field)
     try:
         with Image.open(io.BytesIO(data)) as im:
             im.verify()
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise SchemaError(f"image cannot be decoded ({e.__class__.__name__}: {e})", where, "image") from None
+        raise SchemaError(f"image cannot be decoded ({e.__class__.__name__}: {e})", where, field) from None
     return {"bytes": data, "path": path}
 
 
@@ -264,7 +295,7 @@ def validate_chain(record: Any, where: str = "record", image_root: str | None = 
     """
     if not isinstance(record, dict):
         raise SchemaError(f"a chain must be a JSON object, got {type(record).__name__}", where)
-    unknown = set(record) - set(CHAIN_FIELDS)
+    unknown = set(record) - set(CHAIN_FIELDS) - {"images"}
     if unknown:
         raise SchemaError(f"unknown field(s) {sorted(unknown)}", where, sorted(unknown)[0])
     for name in ("chain_id", "question"):
@@ -273,9 +304,11 @@ def validate_chain(record: Any, where: str = "record", image_root: str | None = 
     steps = record.get("steps")
     if not isinstance(steps, list) or not steps:
         raise SchemaError("a chain needs at least one step", where, "steps")
-    image = load_image_bytes(record.get("image"), image_root, where)
+    values, field = _image_values(record, where)
+    images = [load_image_bytes(value, image_root, where, field if len(values) == 1 else f"{field}[{i}]")
+              for i, value in enumerate(values)]
     out = {name: record.get(name) for name in CHAIN_FIELDS}
-    out["image"] = image
+    out["image"], out["extra_images"] = images[0], images[1:]
     out["steps"] = [validate_step(s, i, where, soft_threshold) for i, s in enumerate(steps)]
     for name in ("source", "reference_answer", "final_answer", "generator", "category"):
         if out[name] is not None and not isinstance(out[name], str):
@@ -287,7 +320,7 @@ def validate_chain(record: Any, where: str = "record", image_root: str | None = 
         labels = [s["correct"] for s in out["steps"]]
         out["chain_correct"] = False if False in labels else (None if None in labels else True)
     if not out.get("group_id"):
-        out["group_id"] = group_id_for(image_fingerprint(image), out["question"])
+        out["group_id"] = group_id_for(images_key(images), out["question"])
     meta = out.get("meta")
     if meta is None:
         meta = {}
@@ -326,6 +359,7 @@ def features():
     }
     return Features({
         "chain_id": Value("string"), "group_id": Value("string"), "source": Value("string"), "image": Image(),
+        "extra_images": List(Image()),
         "question": Value("string"), "reference_answer": Value("string"), "final_answer": Value("string"),
         "answer_correct": Value("bool"), "chain_correct": Value("bool"), "generator": Value("string"),
         "category": Value("string"), "steps": List(step), "meta": Value("string"),
@@ -423,7 +457,7 @@ def load_chains(path: str, decode_images: bool = True):
     Anything else (a missing path, a dataset built by `stepcritic data build`, a folder or file that is not a
     chains dataset, an empty file, a dataset without the chain columns) raises `SchemaError` naming the path.
     """
-    from datasets import Image, load_from_disk
+    from datasets import load_from_disk
 
     if os.path.isfile(path):
         if not path.endswith((".jsonl", ".json")):
@@ -447,7 +481,17 @@ def load_chains(path: str, decode_images: bool = True):
         if len(ds) == 0:
             raise SchemaError("holds no chains", path)
     if not decode_images:
-        ds = ds.cast_column("image", Image(decode=False))
+        ds = undecoded(ds)
+    return ds
+
+
+def undecoded(ds):
+    """`ds` with its image columns left as encoded bytes (what building rows and most judges need)."""
+    from datasets import Image, List
+
+    ds = ds.cast_column("image", Image(decode=False))
+    if "extra_images" in ds.column_names:
+        ds = ds.cast_column("extra_images", List(Image(decode=False)))
     return ds
 
 

@@ -28,6 +28,7 @@ import math
 import os
 import re
 
+from stepcritic.data_prep.schema import chain_images
 from stepcritic.eval.asking import ask, content_key, is_generative
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir, write_jsonl_atomic
 from stepcritic.eval.runner import EvalError
@@ -257,7 +258,7 @@ def read_back(path: str, gold: list[dict], judge: str) -> dict | None:
 def _prompt(row: dict, review: dict):
     from stepcritic.eval.judges.generative import Prompt
 
-    return Prompt(correction_messages(row, review), [row["image"]])
+    return Prompt(correction_messages(row, review), chain_images(row))
 
 
 # ----------------------------------------------------------------------------- the task's section

@@ -54,7 +54,7 @@ def test_visualprocessbench_counts_are_exact(vpb):
     assert stats["label_counts"]["rating"] == {"-1": 2, "0": 3, "1": 10}
     assert stats["label_counts"]["correct"] == {"False": 2, "None": 3, "True": 10}
     assert stats["label_notes"] == {"neutral_steps": 3, "soft_labelled_steps": 0, "soft_labelled_correct": 0,
-                                    "soft_labelled_incorrect": 0, "multi_image_chains": 1, "images_left_out": 1}
+                                    "soft_labelled_incorrect": 0, "multi_image_chains": 1, "extra_images": 1}
     assert stats["multi_image_chains"] == ["visualprocessbench-test.jsonl-4"]
 
 
@@ -69,9 +69,10 @@ def test_visualprocessbench_labels_neutral_and_images(vpb):
     assert [(s["rating"], s["correct"]) for s in neutral["steps"]] == [(1, True), (0, None), (1, True)]
     assert neutral["chain_correct"] is None and neutral["steps"][1]["human_score"] is None
     assert [s["rating"] for s in mixed["steps"]] == [0, -1, 0, 1] and mixed["chain_correct"] is False
-    # two images: the first is the chain's image, both paths are in meta
-    assert json.loads(multi["meta"])["images"] == ["mmmu/4a.png", "mmmu/4b.png"]
+    # two images: the first is the chain's image, the second its extra image, both kept in order
     assert multi["image"].size == (32, 32) and multi["image"].getpixel((16, 16)) == (0, 160, 0)
+    assert len(multi["extra_images"]) == 1 and multi["extra_images"][0].getpixel((16, 16)) == (0, 0, 200)
+    assert all(c["extra_images"] == [] for c in (first, neutral, mixed))
     # same image and question, two policies: one group
     assert first["group_id"] == chains["visualprocessbench-test.jsonl-2"]["group_id"] != neutral["group_id"]
 
@@ -81,7 +82,7 @@ def test_visualprocessbench_card_says_what_was_left_open_and_out(vpb):
     card = open(os.path.join(out, "README.md")).read()
     assert "| records in | 9 |" in card and "| records rejected | 4 |" in card
     assert "3 steps are rated neutral" in card and "--neutral skip|correct|incorrect" in card
-    assert "1 chains list several images; only the first is kept" in card
+    assert "1 chains show several images (1 beyond the first). Every image is kept, in order" in card
 
 
 def test_visualprocessbench_fail_mode_names_line_and_field(tmp_path):
@@ -113,7 +114,7 @@ def test_soft_labels_counts_and_default_threshold(mc):
     assert stats["soft_threshold"] == labels.SOFT_THRESHOLD == 0.0
     assert {k: v for k, v in stats["label_notes"].items() if v} == {
         "soft_labelled_steps": 8, "soft_labelled_correct": 6, "soft_labelled_incorrect": 2,
-        "multi_image_chains": 1, "images_left_out": 1}
+        "multi_image_chains": 1, "extra_images": 1}
     chains = by_id(out)
     area = chains["visualprm-annotations.jsonl-1"]
     # the score stays on the step; correct = score above the threshold (0.5 > 0, 0.0 is not)
@@ -142,7 +143,7 @@ def test_cli_prints_the_notes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "n_records=8, n_chains=4, n_steps=8, n_rejected=4" in out
     assert "8 steps with a soft label; above 0.3: 4 correct, 4 incorrect" in out
-    assert "1 chains list several images" in out
+    assert "1 chains show several images (1 beyond the first), all kept in order" in out
 
 
 # ----------------------------------------------------------------------------- the canonical schema
@@ -267,4 +268,4 @@ def test_build_option_errors(tmp_path, capsys):
 
 def test_label_notes_ignore_plain_chains():
     plain = validate_chain(chain("p", steps=[step("The circle is red.")]), "p")
-    assert not any(labels.label_notes(plain, {"images": ["one.png"]}).values())
+    assert not any(labels.label_notes(plain).values())

@@ -23,7 +23,7 @@ context for later steps, as in training.
 from __future__ import annotations
 
 from stepcritic.data_prep import prompts
-from stepcritic.data_prep.images import to_rgb
+from stepcritic.data_prep.images import rgb_images
 from stepcritic.train import fast_masks
 
 
@@ -82,7 +82,7 @@ class PRMScorer:
         from trl.data_utils import prepare_multimodal_messages
 
         conversations = [prepare_multimodal_messages(prompts.prm_prompt_messages(chain, self.template),
-                                                     images=[to_rgb(chain["image"])]) for chain in chains]
+                                                     images=rgb_images(chain)) for chain in chains]
         return self.processor.apply_chat_template(
             conversations, chat_template=self.chat_template, tokenize=True, return_dict=True,
             return_tensors="pt", return_assistant_tokens_mask=True,
@@ -125,7 +125,7 @@ class PRMScorer:
         from trl.data_utils import prepare_multimodal_messages
 
         device = next(self.model.parameters()).device
-        images = [[to_rgb(chain["image"])] for chain in chains]
+        images = [rgb_images(chain) for chain in chains]
         turns = [prompts.prm_prompt_messages(chain, self.template, notes=True)[0::2] for chain in chains]  # user turns
         messages = [[] for _ in chains]
         scores, notes = [[] for _ in chains], [[] for _ in chains]
@@ -226,7 +226,7 @@ class RewardScorer:
         from trl.data_utils import prepare_multimodal_messages
 
         prompt, completion = prompts.outcome_messages(chain, self.template)
-        return prepare_multimodal_messages(prompt + completion, images=[to_rgb(chain["image"])])
+        return prepare_multimodal_messages(prompt + completion, images=rgb_images(chain))
 
     def score(self, chains: list[dict]) -> list[float]:
         import torch

@@ -1,9 +1,7 @@
-"""Records that list several images: the canonical schema holds one image per chain, so adapters keep the first.
+"""Records that list several images (VisualProcessBench, VisualPRM): every image is kept, in order.
 
-Every path is kept in the chain's `meta["images"]`, and ingest counts the chains with more than one image and the
-images left out (`stats.json` -> `label_notes`, the chains folder's README), so nothing is dropped unannounced.
-A question about its second image then shows only the first: filter those chains out (their ids are in stats.json)
-where that matters, e.g. for evaluation.
+The chain's `image` is the first and `extra_images` the rest (`schema.chain_images`); ingest counts the chains
+with several (`stats.json` -> `label_notes`, the chains folder's README).
 """
 
 from __future__ import annotations
@@ -24,16 +22,18 @@ def image_paths(value, where: str, field: str = "image") -> list[str]:
     return paths
 
 
-def first_image(paths: list[str], image_root: str | None, where: str, field: str = "image",
-                subfolders: tuple[str, ...] = ("",)) -> str:
-    """The first path, found under `image_root` or one of its `subfolders`; returned relative to `image_root`."""
-    first = paths[0]
-    if os.path.isabs(first) or image_root is None:
-        candidates = [first]
-    else:
-        candidates = [os.path.join(sub, first) if sub else first for sub in subfolders]
-    for candidate in candidates:
-        if os.path.isfile(os.path.join(image_root or "", candidate)):
-            return candidate
-    tried = " or ".join(os.path.join(image_root or "", c) for c in candidates)
-    raise SchemaError(f"image file not found: {tried} (set --image-root)", where, f"{field}[0]")
+def find_images(paths: list[str], image_root: str | None, where: str, field: str = "image",
+                subfolders: tuple[str, ...] = ("",)) -> list[str]:
+    """Each path, found under `image_root` or one of its `subfolders`; returned relative to `image_root`."""
+    found = []
+    for i, path in enumerate(paths):
+        if os.path.isabs(path) or image_root is None:
+            candidates = [path]
+        else:
+            candidates = [os.path.join(sub, path) if sub else path for sub in subfolders]
+        hit = next((c for c in candidates if os.path.isfile(os.path.join(image_root or "", c))), None)
+        if hit is None:
+            tried = " or ".join(os.path.join(image_root or "", c) for c in candidates)
+            raise SchemaError(f"image file not found: {tried} (set --image-root)", where, f"{field}[{i}]")
+        found.append(hit)
+    return found

@@ -9,14 +9,14 @@ written in this layout.
 The score is kept as the step's `soft_label`, and `correct` is the score above `--soft-threshold` (default and
 reason in `labels.SOFT_THRESHOLD`); the rollout counts go to the chain's meta. InternVL-style questions start with
 `<image>` placeholders: the prompts place the image themselves, so those are removed (`question_orig`, the
-question without the template, is preferred when present). Several images: the first is kept, see `image_list.py`.
+question without the template, is preferred when present). Several images are all kept, in order (`image_list.py`).
 """
 
 from __future__ import annotations
 
 import re
 
-from stepcritic.data_prep.adapters.image_list import first_image, image_paths
+from stepcritic.data_prep.adapters.image_list import find_images, image_paths
 from stepcritic.data_prep.adapters.records import beside_input, require_fields
 from stepcritic.data_prep.schema import SchemaError, group_id_for
 
@@ -58,17 +58,17 @@ def convert(raw: dict, where: str, ctx: dict) -> dict:
         for k in COUNTS:
             counts[k].append(item.get(k))
     paths = image_paths(raw["image"], where)
-    image = first_image(paths, ctx["image_root"], where)
+    images = find_images(paths, ctx["image_root"], where)
     question = _question(raw)
     row_id = raw.get("id", where.replace(":", "-"))
-    meta = {"images": paths, **{k: v for k, v in counts.items() if any(n is not None for n in v)}}
+    meta = {**{k: v for k, v in counts.items() if any(n is not None for n in v)}}
     meta.update({k: raw[k] for k in ("source", "data_source", "question_type", "answer_type")
                  if isinstance(raw.get(k), (str, int, float, bool))})
     return {
         "chain_id": f"visualprm-{row_id}",
         "group_id": group_id_for("\x00".join(paths), question) if isinstance(question, str) else None,
         "source": "visualprm",
-        "image": image,
+        "image": images,
         "question": question,
         "reference_answer": None if raw.get("answer") is None else str(raw["answer"]),
         "final_answer": None,

@@ -8,12 +8,12 @@ progress). Each label is kept as the step's `rating`; a neutral step gets `corre
 `data build --neutral` chooses what it becomes (VisualPRM's own evaluation leaves neutral steps out, as
 `stepcritic eval` does with any step whose `correct` is null). Records carry no id and no verdict on the final
 answer: chains are named by their line, and `answer_correct` stays null (the critique kinds skip them).
-Several images: the first is kept, see `image_list.py`.
+Several images are all kept, in order (`image_list.py`).
 """
 
 from __future__ import annotations
 
-from stepcritic.data_prep.adapters.image_list import first_image, image_paths
+from stepcritic.data_prep.adapters.image_list import find_images, image_paths
 from stepcritic.data_prep.adapters.records import beside_input, require_fields
 from stepcritic.data_prep.schema import SchemaError, group_id_for
 
@@ -46,14 +46,14 @@ def convert(raw: dict, where: str, ctx: dict) -> dict:
             raise SchemaError(f"a step must be non-empty text, got {text!r}", where, f"response.steps[{i}]")
     ratings = [_rating(v, where, f"response.process_correctness[{i}]") for i, v in enumerate(labels)]
     paths = image_paths(raw["image"], where)
-    image = first_image(paths, ctx["image_root"], where, subfolders=IMAGE_SUBFOLDERS)
+    images = find_images(paths, ctx["image_root"], where, subfolders=IMAGE_SUBFOLDERS)
     question = raw["question"]
     source = raw.get("data_source") if isinstance(raw.get("data_source"), str) else None
     return {
         "chain_id": f"visualprocessbench-{where.replace(':', '-')}",
         "group_id": group_id_for("\x00".join(paths), question) if isinstance(question, str) else None,
         "source": "visualprocessbench",
-        "image": image,
+        "image": images,
         "question": question,
         "reference_answer": None if raw.get("answer") is None else str(raw["answer"]),
         "final_answer": None,  # the response ends in free text; the answer is not extracted
@@ -62,5 +62,5 @@ def convert(raw: dict, where: str, ctx: dict) -> dict:
         "generator": raw.get("policy_model"),
         "category": source,
         "steps": [{"text": text, "rating": r} for text, r in zip(steps, ratings)],
-        "meta": {"images": paths, "data_source": source},
+        "meta": {"data_source": source},
     }

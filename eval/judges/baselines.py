@@ -111,7 +111,8 @@ class TextOnlyJudge(Judge):
     def _blanked(self, chains: list[dict]) -> list[dict]:
         if not self.inner.needs_images:
             return chains
-        return [dict(c, image=blank_like(c["image"])) for c in chains]
+        return [dict(c, image=blank_like(c["image"]), extra_images=[blank_like(i) for i in c.get("extra_images") or []])
+                for c in chains]
 
     def judge_batch(self, chains: list[dict]) -> list[Critique]:
         return self.inner.judge_batch(self._blanked(chains))

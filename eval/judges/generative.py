@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from stepcritic.data_prep.critique import SCORE_SCALE, parse_critique, parse_label, parse_letter, parse_score
+from stepcritic.data_prep.schema import chain_images
 from stepcritic.eval.judges.base import Critique, Judge
 
 MODES = ("critique", "verifier", "score", "step-score")
@@ -59,10 +60,13 @@ class Reply:
 # ----------------------------------------------------------------------------- prompts
 
 def chain_prompt(messages: list, chain: dict) -> Prompt:
-    """A prompt from `data_prep.prompts` messages: every image placeholder shows the chain's image."""
-    n_images = sum(1 for m in messages if isinstance(m["content"], list)
-                   for part in m["content"] if part.get("type") == "image")
-    return Prompt(messages, [chain["image"]] * n_images)
+    """A prompt from `data_prep.prompts` messages: every turn that shows images shows all of the chain's, in order."""
+    images = chain_images(chain)
+    n_placeholders = sum(1 for m in messages if isinstance(m["content"], list)
+                         for part in m["content"] if part.get("type") == "image")
+    if n_placeholders % len(images):
+        raise ValueError(f"{chain.get('chain_id')}: {n_placeholders} image placeholders for {len(images)} images")
+    return Prompt(messages, images * (n_placeholders // len(images)))
 
 
 def with_appended_text(prompt: Prompt, text: str) -> Prompt:

@@ -62,8 +62,8 @@ class HFJudge(GenerativeJudge):
         for chain in chains:
             prompt = self.critique_prompt(chain)
             text = processor.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=False)
-            image = to_rgb(prompt.images[0]) if prompt.images else None
-            reply = Reply(text=decoder.critique(text, image, len(chain["steps"])))
+            images = [to_rgb(image) for image in prompt.images]
+            reply = Reply(text=decoder.critique(text, images, len(chain["steps"])))
             critiques.append(critique_from_reply(chain, reply))
         return critiques
 

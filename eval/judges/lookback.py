@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from stepcritic.data_prep import prompts
 from stepcritic.data_prep.critique import parse_questions
+from stepcritic.data_prep.schema import chain_images
 from stepcritic.eval.judges.base import Critique
 from stepcritic.eval.judges.generative import GenerativeJudge, chain_prompt, critique_from_reply, with_appended_text
 
@@ -37,7 +38,8 @@ def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Criti
 
     # AnswerQuestion: every question answered from the image alone
     pending = [(i, q) for i in range(len(chains)) for q in questions[i]]
-    answers = judge.generate([chain_prompt(prompts.lookback_answer_messages(q), chains[i]) for i, q in pending])
+    answers = judge.generate([chain_prompt(prompts.lookback_answer_messages(q, len(chain_images(chains[i]))), chains[i])
+                              for i, q in pending])
     checks: list[list[dict]] = [[] for _ in chains]
     for (i, q), reply in zip(pending, answers):
         if not reply.error and reply.text and reply.text.strip():

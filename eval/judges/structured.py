@@ -36,11 +36,10 @@ class StructuredDecoder:
         self.stop_ids = sorted({i for i in vocab.values() if '"' in self.tokenizer.decode([i])}
                                | {self.tokenizer.eos_token_id})
 
-    def _prefill(self, prompt_text: str, image):
+    def _prefill(self, prompt_text: str, images: list):
         import torch
 
-        batch = self.processor(text=[prompt_text], images=[image] if image is not None else None,
-                               return_tensors="pt")
+        batch = self.processor(text=[prompt_text], images=images or None, return_tensors="pt")
         batch = {k: v.to(self.model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         with torch.inference_mode():
             cache = self.model(**batch, use_cache=True).past_key_values
@@ -86,9 +85,9 @@ class StructuredDecoder:
         text = self.tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True)
         return text.split('"', 1)[0].strip().replace("\\", "")
 
-    def critique(self, prompt_text: str, image, n_steps: int) -> str:
+    def critique(self, prompt_text: str, images: list, n_steps: int) -> str:
         """The critique JSON for a chain of `n_steps` steps; `prompt_text` ends with the generation prompt."""
-        prompt = self._prefill(prompt_text, image)
+        prompt = self._prefill(prompt_text, images)
         out = '{"steps": ['
         for k in range(1, n_steps + 1):
             out += ("" if k == 1 else ", ") + f'{{"step": {k}, "correct":'

@@ -2,7 +2,8 @@
 
 vLLM is an optional extra (`pip install 'stepcritic[vllm]'`); without it the judge refuses to start with
 a message saying so. Prompts are sent through `LLM.chat` in the OpenAI message format, so images travel
-as data URLs exactly as they do to an API endpoint. The engine starts on first use.
+as data URLs exactly as they do to an API endpoint. The engine starts on first use. vLLM admits one image per
+prompt unless told otherwise: `max_images=N` for chains with several.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ class VLLMMissing(UserError, RuntimeError):
 class VLLMJudge(GenerativeJudge):
     kind = "vllm"
     OPTIONS = {**GenerativeJudge.OPTIONS, "gpu_memory_utilization": float, "max_model_len": int,
-               "tensor_parallel_size": int}
+               "tensor_parallel_size": int, "max_images": int}
     RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"gpu_memory_utilization", "tensor_parallel_size"}
 
     def __init__(self, spec: str, target: str | None = None, gpu_memory_utilization: float = 0.85,
-                 max_model_len: int = 8192, tensor_parallel_size: int = 1, **options):
+                 max_model_len: int = 8192, tensor_parallel_size: int = 1, max_images: int = 1, **options):
         if importlib.util.find_spec("vllm") is None:
             raise VLLMMissing("the vllm judge needs the optional vLLM extra on a GPU machine: "
                                "pip install 'stepcritic[vllm]' (or use hf:MODEL_DIR, which needs no extra)")
@@ -34,9 +35,12 @@ class VLLMJudge(GenerativeJudge):
             raise ValueError("the vllm judge needs a model folder or Hub id: vllm:MODEL_DIR")
         options.setdefault("batch_size", 256)  # vLLM schedules a large batch better than many small ones
         super().__init__(spec, target=target, gpu_memory_utilization=gpu_memory_utilization,
-                         max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size, **options)
+                         max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+                         max_images=max_images, **options)
         self.engine_args = {"model": target, "gpu_memory_utilization": gpu_memory_utilization,
                             "max_model_len": max_model_len, "tensor_parallel_size": tensor_parallel_size}
+        if max_images > 1:
+            self.engine_args["limit_mm_per_prompt"] = {"image": max_images}
         self._engine = None
 
     def fingerprint_extra(self) -> dict:
