@@ -58,3 +58,29 @@ def test_structured_needs_critique_mode(untrained_critic):
 
     with pytest.raises(ValueError, match="structured=true"):
         make_judge(f"hf:{untrained_critic},mode=verifier,structured=true")
+
+
+def test_structured_listwise_choice_is_the_likeliest_letter(untrained_critic):
+    """ShiftCheck's question answered by the model's own ranking of the candidate letters (always one of them),
+    computed here from a plain forward pass over the same prompt."""
+    import torch
+
+    from stepcritic.data_prep.images import to_rgb
+    from stepcritic.data_prep.prompts import listwise_messages
+    from stepcritic.data_prep.synth import synthesize
+    from stepcritic.eval.judges.generative import chain_prompt
+    from stepcritic.eval.judges.registry import make_judge
+    from stepcritic.train.loading import load_critic
+
+    chains = synthesize(3, seed=5)
+    judge = make_judge(f"hf:{untrained_critic},mode=critique,structured=true")
+    picked = judge.pick_best(chains)
+    model, processor = load_critic(untrained_critic)
+    prompt = chain_prompt(listwise_messages(chains), chains[0])
+    text = processor.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=False)
+    batch = processor(text=[text], images=[to_rgb(image) for image in prompt.images], return_tensors="pt")
+    with torch.no_grad():
+        last = model.eval()(**batch).logits[0, -1]
+    ids = [processor.tokenizer(letter, add_special_tokens=False)["input_ids"][0] for letter in "ABC"]
+    assert picked == max(range(3), key=lambda k: float(last[ids[k]]))
+    assert judge.fingerprint() != make_judge(f"hf:{untrained_critic},mode=critique").fingerprint()

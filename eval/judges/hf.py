@@ -23,7 +23,9 @@ class HFJudge(GenerativeJudge):
                  device: str | None = None, structured: bool = False, **options):
         if not target:
             raise ValueError("the hf judge needs a model folder or Hub id: hf:MODEL_DIR")
-        extra = {"structured": True} if structured else {}  # only when set, so existing caches keep their keys
+        # only when set, so existing caches keep their keys; "critique+letter" since the listwise choice is decoded
+        # under its structure too (answers cached by the free-text version are not reused)
+        extra = {"structured": "critique+letter"} if structured else {}
         super().__init__(spec, target=target, max_tokens=max_new_tokens, dtype=dtype, device=device, **options,
                          **extra)
         if structured and (self.mode != "critique" or self.strategy != "direct"):
@@ -66,6 +68,23 @@ class HFJudge(GenerativeJudge):
             reply = Reply(text=decoder.critique(text, images, len(chain["steps"])))
             critiques.append(critique_from_reply(chain, reply))
         return critiques
+
+    def pick_best(self, chains: list[dict]) -> int | None:
+        """With `structured`, the listwise choice is the likeliest candidate letter (see `structured.py`)."""
+        if not self.structured or not 1 <= len(chains) <= 26:
+            return super().pick_best(chains)
+        import string
+
+        from stepcritic.data_prep.prompts import listwise_messages
+        from stepcritic.eval.judges.generative import chain_prompt
+        from stepcritic.eval.judges.structured import StructuredDecoder
+
+        model, processor = self._load()
+        prompt = chain_prompt(listwise_messages(chains), chains[0])
+        text = processor.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=False)
+        picked = StructuredDecoder(model, processor).pick_letter(text, [to_rgb(i) for i in prompt.images],
+                                                                 string.ascii_uppercase[:len(chains)])
+        return super().pick_best(chains) if picked is None else picked
 
     def generate(self, prompts: list[Prompt]) -> list[Reply]:
         import torch

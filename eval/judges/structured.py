@@ -10,6 +10,9 @@ is written by the decoder and the model only fills the holes:
   scored, so it also works where a word is several tokens);
 * an explanation is generated greedily up to its closing quote (or `max_explanation_tokens`).
 
+The listwise question (ShiftCheck, "which answer is best?") is answered the same way: the likeliest of the
+candidates' letters right after the prompt, one forward pass instead of free text that may name no letter.
+
 The result is the exact string the critic was trained to write whenever the model agrees with the gold
 structure, so its verdicts and explanations are read the same way as free generation's, never invented.
 Segments are joined at pre-tokenizer boundaries (before a space or after punctuation), so the prefix
@@ -84,6 +87,20 @@ class StructuredDecoder:
         self._rewind(cache, prompt_ids.shape[1])
         text = self.tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True)
         return text.split('"', 1)[0].strip().replace("\\", "")
+
+    def pick_letter(self, prompt_text: str, images: list, letters: str) -> int | None:
+        """The index of the likeliest of `letters` as the reply's first token, or None when two letters share a
+        first token (the caller then lets the model write its reply)."""
+        import torch
+
+        firsts = [int(self._ids(letter)[0, 0]) for letter in letters]
+        if len(set(firsts)) < len(firsts):
+            return None
+        batch = self.processor(text=[prompt_text], images=images or None, return_tensors="pt")
+        batch = {k: v.to(self.model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        with torch.inference_mode():
+            logits = self.model(**batch, logits_to_keep=1).logits[0, -1]
+        return max(range(len(letters)), key=lambda k: float(logits[firsts[k]]))
 
     def critique(self, prompt_text: str, images: list, n_steps: int) -> str:
         """The critique JSON for a chain of `n_steps` steps; `prompt_text` ends with the generation prompt."""
