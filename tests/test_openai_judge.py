@@ -160,3 +160,47 @@ def test_text_only_wrapper_streams_through_the_inner_judge_with_blank_images():
         url = request["body"]["messages"][0]["content"][0]["image_url"]["url"]
         image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
         assert image.getextrema() == ((255, 255), (255, 255), (255, 255))  # all white
+
+
+@pytest.mark.parametrize("concurrency", [2, 4])
+def test_stream_of_several_prompts_per_chain_sends_no_more_than_concurrency_unsaved(concurrency):
+    """Three prompts a chain (a verifier task asked of every step): a chain is handed over once all three are
+    answered, and the requests of chains not yet handed over never exceed `concurrency`, or the one chain's three
+    where that is more (it then goes alone). The pool is still kept full."""
+    n, per_chain = 8, 3
+    many = [dict(c, chain_id=f"c{i}") for i, c in enumerate(chains(2) * (n // 2))]
+    handed = []
+    with FakeOpenAIServer(latency=0.05) as server:
+        judge = judge_for(server, concurrency=concurrency, mode="verifier", task="step_type")
+        for index, critique in judge.judge_stream(iter(many)):
+            assert len(server.requests) - per_chain * len(handed) <= max(concurrency, per_chain)
+            assert critique.chain_id == f"c{index}" and critique.extra["n_outputs"] == per_chain
+            handed.append(index)
+    assert sorted(handed) == list(range(n))
+    assert len(server.requests) == per_chain * n and server.max_in_flight == concurrency
+
+
+def test_stream_hands_over_chains_with_nothing_to_ask():
+    """A verifier task that applies to no step of a chain (description errors, in a chain without any) sends
+    nothing for it, and its critique is handed over all the same, between the others."""
+    many = chains(6)
+    with FakeOpenAIServer() as server:
+        judge = judge_for(server, concurrency=1, mode="verifier", task="description_error")
+        streamed = dict(judge.judge_stream(iter(many)))
+    assert sorted(streamed) == list(range(6))
+    assert len(server.requests) == 3  # the wrong step of each incorrect chain
+    for index in (0, 2, 4):  # the correct chains
+        assert streamed[index].to_json() == judge.read_replies(many[index], []).to_json()
+    assert all(streamed[index].extra["n_outputs"] == 1 for index in (1, 3, 5))
+
+
+def test_streams_with_fewer_requests_than_concurrency_on_an_unreachable_endpoint_are_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    judge = make_judge(f"openai:m,base_url=http://127.0.0.1:{port}/v1,max_retries=0,concurrency=8")
+    with pytest.raises(EndpointUnavailable, match="none of 3 requests"):
+        list(judge.judge_stream(chains(2)[:1] * 3))
+    prompts = [judge.critique_prompt(c) for c in chains(2)]
+    with pytest.raises(EndpointUnavailable, match="none of 2 requests"):
+        list(judge.generate_stream(iter(prompts)))

@@ -18,6 +18,7 @@ fingerprint, the options, repr, raw outputs and error messages.
 from __future__ import annotations
 
 import base64
+import collections
 import http.client
 import json
 import os
@@ -28,6 +29,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from stepcritic.data_prep.images import png_bytes
 from stepcritic.eval.judges.base import Critique
@@ -35,6 +37,8 @@ from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply
 
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
+
+K = TypeVar("K")
 
 
 class EndpointUnavailable(RuntimeError):
@@ -117,80 +121,63 @@ class OpenAIJudge(GenerativeJudge):
         """Critiques in the order they finish, with the pool kept full from the first chain to the last.
 
         The requests of chains whose critique is not yet handed over ("unsaved") never exceed `concurrency`
-        (a chain needing more prompts than that goes alone); the next chain's requests are sent as soon as
-        a critique has been handed over, which the runner does only after saving it. So whenever the process
-        is killed, at most `concurrency` requests were sent for judgments that were not saved.
+        (a chain needing more prompts than that goes alone); more requests are sent as soon as a critique has
+        been handed over, which the runner does only after saving it. So whenever the process is killed, at
+        most `concurrency` requests were sent for judgments that were not saved.
         """
         if self.strategy == "lookback":
             # LookBack has three rounds of requests per chain (lookback.py), each over a whole batch: it keeps
             # the batch-level default, so a kill can cost up to `batch_size` chains' requests.
             yield from super().judge_stream(chains)
             return
-        pending = enumerate(chains)
-        more = True
-        finished: queue.SimpleQueue = queue.SimpleQueue()  # (chain index, prompt index, future) as each is done
-        open_chains: dict[int, tuple[dict, list]] = {}  # chain index -> (chain, its replies so far)
-        unsaved = sent = failed = 0
-        while True:
-            while more and unsaved < self.concurrency:
-                item = next(pending, None)
-                if item is None:
-                    more = False
-                    break
-                index, chain = item
-                prompts = self.prompts_for(chain)
-                if not prompts:  # nothing to ask (a verifier task that applies to no step of this chain)
-                    yield index, self.read_replies(chain, [])
-                    continue
-                open_chains[index] = (chain, [None] * len(prompts))
-                for k, prompt in enumerate(prompts):
-                    future = self._pool.submit(self._request, prompt)
-                    future.add_done_callback(lambda f, index=index, k=k: finished.put((index, k, f)))
-                unsaved += len(prompts)
-                sent += len(prompts)
-            if not open_chains:
-                if more:
-                    continue
-                return
-            index, k, future = finished.get()
-            reply = future.result()
-            if not self._reached:
-                if reply.error is None:
-                    self._reached = True
-                else:
-                    failed += 1
-                    if failed >= self.concurrency or (not more and failed == sent):
-                        raise self._unavailable(failed, reply.error)
-            chain, replies = open_chains[index]
-            replies[k] = reply
-            if all(r is not None for r in replies):
-                del open_chains[index]
-                yield index, self.read_replies(chain, replies)
-                unsaved -= len(replies)
+        asked = (((index, chain), self.prompts_for(chain)) for index, chain in enumerate(chains))
+        for (index, chain), replies in self._answered(asked):
+            yield index, self.read_replies(chain, replies)
 
     def generate_stream(self, prompts: Iterable[Prompt]) -> Iterator[tuple[int, Reply]]:
         """`(index, reply)` as each request is answered, the pool kept full: a new prompt goes out as soon as an
         earlier reply has been handed over (and saved), never more than `concurrency` unsaved at once, so a kill
         costs at most `concurrency` requests. As in `judge_stream`, `concurrency` failures before any answer (or
         every request, when fewer are asked) mean the endpoint is unusable."""
-        pending = enumerate(prompts)
-        more = True
-        finished: queue.SimpleQueue = queue.SimpleQueue()
+        for index, (reply,) in self._answered((index, [prompt]) for index, prompt in enumerate(prompts)):
+            yield index, reply
+
+    def _answered(self, groups: Iterable[tuple[K, list[Prompt]]]) -> Iterator[tuple[K, list[Reply]]]:
+        """`(key, replies)` for each group of prompts (one chain's), as soon as all of the group is answered.
+
+        The callers ask for the next group only once they have saved the last one, so a group's requests count
+        as unsaved until then. A group with no prompts is handed over at once, with no replies.
+        """
+        groups = enumerate(groups)
+        finished: queue.SimpleQueue = queue.SimpleQueue()  # (group, position, future) as each request is done
+        open_groups: dict[int, tuple[K, list]] = {}  # group -> (key, its replies so far), until handed over
+        unsent: collections.deque = collections.deque()  # (group, position, prompt) left of the newest group
         unsaved = sent = failed = 0
+        more = True
         while True:
-            while more and unsaved < self.concurrency:
-                item = next(pending, None)
-                if item is None:
-                    more = False
-                    break
-                index, prompt = item
+            # Prompts go out one by one, so the pool stays full even when the next chain would not fit whole. A
+            # group that is alone goes out whole even past `concurrency`: only it could free a slot, and only
+            # once it is all answered.
+            while more and (unsaved < self.concurrency or (unsent and len(open_groups) == 1)):
+                if not unsent:
+                    item = next(groups, None)
+                    if item is None:
+                        more = False
+                        break
+                    group, (key, prompts) = item
+                    if not prompts:
+                        yield key, []
+                        continue
+                    open_groups[group] = (key, [None] * len(prompts))
+                    unsent.extend((group, k, prompt) for k, prompt in enumerate(prompts))
+                group, k, prompt = unsent.popleft()
                 future = self._pool.submit(self._request, prompt)
-                future.add_done_callback(lambda f, index=index: finished.put((index, f)))
+                future.add_done_callback(lambda f, group=group, k=k: finished.put((group, k, f)))
                 unsaved += 1
                 sent += 1
-            if not unsaved:
+            if not open_groups:
                 return
-            index, future = finished.get()
+            group, k, future = finished.get()
             reply = future.result()
             if not self._reached:
                 if reply.error is None:
@@ -199,8 +186,12 @@ class OpenAIJudge(GenerativeJudge):
                     failed += 1
                     if failed >= self.concurrency or (not more and failed == sent):
                         raise self._unavailable(failed, reply.error)
-            yield index, reply
-            unsaved -= 1
+            key, replies = open_groups[group]
+            replies[k] = reply
+            if all(r is not None for r in replies):
+                del open_groups[group]
+                yield key, replies
+                unsaved -= len(replies)  # resumed: the caller has saved them
 
     def _request(self, prompt: Prompt) -> Reply:
         body = json.dumps({"model": self.target, "messages": openai_messages(prompt),
