@@ -2,7 +2,8 @@
 
 The prompts are the user turns of `critique-sft` rows (image included); the gold answer of each row (the
 assistant turn) is turned into label columns that TRL hands to the reward function as keyword arguments.
-Rewards, per sampled completion:
+verifier-sft conversations (the "task" and "chain" layouts) become one prompt per assistant turn: that turn's
+question alone, as the "rows" layout asks it. Rewards, per sampled completion:
 
 - critique-sft: the share of agreements with the gold labels over every step verdict plus the answer verdict
   (a step the critique leaves out counts as a disagreement), read with the forgiving
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from stepcritic.data_prep import critique, prompts
+from stepcritic.data_prep import contract, critique, prompts
 from stepcritic.train import common
 
 UNPARSEABLE_REWARD = -1.0
@@ -69,9 +70,62 @@ def verifier_prompt_row(row: dict) -> dict:
     return {"prompt": row["messages"][:-1]}
 
 
+def turn_prompts(messages: list[dict]) -> list[list[dict]]:
+    """The prompt of each assistant turn of a conversation: the user message right before it, alone.
+
+    Each turn of a verifier conversation asks a complete, self-contained question, so the prompt leaves out the
+    earlier turns: their gold answers would give its answer away (a chain-level `correct` says every step is), and
+    a question asked alone at evaluation has none. The conversation shows the image once, in its first
+    user turn; every later prompt gets those image parts back at the start, so each prompt is the single-turn
+    ("rows" layout) prompt of its question and holds a placeholder for every image of the row.
+    """
+    images = [part for part in messages[0]["content"] if part["type"] == "image"]
+    out = []
+    for before, message in zip(messages, messages[1:]):
+        if message["role"] == "assistant" and before["role"] == "user":
+            content = before["content"]
+            if not any(part["type"] == "image" for part in content):
+                content = [*images, *content]
+            out.append([{**before, "content": content}])
+    return out
+
+
+def verifier_turn_rows(batch):
+    """A batch (an Arrow table) of verifier conversations as GRPO rows, one per assistant turn: the turn's prompt
+    and its items of `tasks`, `labels`, `step_indices` as `task`, `label`, `step_index` (what the rows layout has).
+
+    Arrow in and out, so the images and ids are repeated per turn as stored, never decoded and re-encoded.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = [column for column in contract.VERIFIER_TURN_COLUMNS if column in batch.column_names]
+    per_row = [turn_prompts(messages) for messages in batch["messages"].to_pylist()]
+    counts = pc.list_value_length(batch["tasks"]).to_pylist()
+    for row, (prompt, n) in enumerate(zip(per_row, counts)):
+        if len(prompt) != n:  # the lists would pair each turn with another turn's label
+            where = batch["chain_id"][row].as_py() if "chain_id" in batch.column_names else f"row {row} of a batch"
+            raise contract.DataContractError(f"verifier conversation {where}: {len(prompt)} answered questions "
+                                             f"but {n} tasks")
+    parents = [row for row, prompt in enumerate(per_row) for _ in prompt]
+    out = batch.drop_columns(["messages", *lists]).take(parents)
+    out = out.append_column("prompt", pa.array([turn for prompt in per_row for turn in prompt],
+                                               batch.schema.field("messages").type))
+    for column in lists:
+        out = out.append_column(contract.VERIFIER_TURN_COLUMNS[column], pc.list_flatten(batch[column]))
+    return out
+
+
 def as_prompts(dataset, kind: str):
     if dataset is None:
         return None
+    if contract.is_conversation(kind, dataset.column_names):
+        # batched: a batch of conversations comes back as more rows, one per turn
+        lists = [column for column in contract.VERIFIER_TURN_COLUMNS if column in dataset.column_names]
+        turns = dataset.with_format("arrow").map(verifier_turn_rows, batched=True,
+                                                 remove_columns=["messages", *lists],
+                                                 desc="prompts for GRPO, one per turn")
+        return turns.with_format(None)
     to_row = critique_prompt_row if kind == "critique-sft" else verifier_prompt_row
     return dataset.map(to_row, remove_columns=["messages"], desc="prompts for GRPO")
 

@@ -137,6 +137,14 @@ def sample_indices(n: int, k: int = SAMPLE_ROWS) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
+def conversation_turns(split, n: int) -> int:
+    """Assistant turns in the first n rows of a verifier conversation split: the lengths of its `tasks` lists, read
+    from Arrow (no image decoded)."""
+    import pyarrow.compute as pc
+
+    return pc.sum(pc.list_value_length(split.with_format("arrow")[:n]["tasks"])).as_py() or 0
+
+
 def decoded_rows(split, name: str, path: str, max_image_size: int | None) -> tuple[list[dict], list[str]]:
     """The sampled rows with their images decoded (and downscaled as training will); problems per bad row."""
     rows, problems = [], []
@@ -187,10 +195,15 @@ def _length(processor, messages, images) -> int:
 
 
 def row_length(processor, kind: str, method: str, row: dict) -> int:
-    """Tokens (image tokens included) the trainer sees for one row: the longer side of a pair; GRPO: the prompt."""
+    """Tokens (image tokens included) the trainer sees for one row: the longer side of a pair; GRPO: the prompt
+    (the longest turn's, for a verifier conversation; SFT trains on the whole conversation)."""
     images = row.get("images")
     if kind in ("critique-pref", "outcome-rm"):
         return max(_length(processor, list(row["prompt"]) + list(row[side]), images) for side in ("chosen", "rejected"))
+    if method == "grpo" and contract.is_conversation(kind, row):  # GRPO asks each turn's question on its own
+        from stepcritic.train.grpo import turn_prompts
+
+        return max((_length(processor, prompt, images) for prompt in turn_prompts(row["messages"])), default=0)
     if method == "grpo":
         return _length(processor, row["messages"][:-1], images)
     return _length(processor, row["messages"], images)
@@ -278,6 +291,13 @@ def _check_data(recipe, lines: list, problems: list) -> int:
     limits = {TRAIN: args.max_train_samples, args.eval_split: args.max_eval_samples}
     rows = {name: min(len(data[name]), limits.get(name) or len(data[name])) for name in data}
     rows_text = ", ".join(f"{name} {n:,}" for name, n in rows.items())
+    # verifier conversations ("task"/"chain" layouts): SFT trains on each row as one sequence, GRPO on each turn
+    turns = {name: conversation_turns(data[name], n) for name, n in rows.items()
+             if contract.is_conversation(args.dataset_kind, data[name].column_names)}
+    if turns:
+        counts = ", ".join(f"{name} {n:,}" for name, n in turns.items())
+        rows_text += (f" (verifier conversations: {counts} assistant turns"
+                      + (", one GRPO prompt each)" if recipe.method == "grpo" else ")"))
     if args.eval_split in data:
         when = (f"every {targs.eval_steps:g} steps" if targs.eval_strategy == "steps" else
                 "every epoch" if targs.eval_strategy == "epoch" else "once, after training")
@@ -314,6 +334,8 @@ def _check_data(recipe, lines: list, problems: list) -> int:
     else:
         problems += processor_problems(recipe, processor)
         problems += _length_check(recipe, processor, sampled, lines)
+    if recipe.method == "grpo" and TRAIN in turns:  # the plan counts prompts
+        return turns[TRAIN]
     return rows.get(TRAIN, 0)
 
 
