@@ -77,8 +77,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                    help="verifier-sft only: rows (default) is one single-turn row per task and step, each with the "
                         "chain's image; task is one conversation per chain and task, chain one conversation per chain "
                         "(the image once: MiCEval Normal writes 96 MB instead of 967 MB), asking the same questions "
-                        "turn by turn. The conversation layouts have list columns tasks/labels/step_indices, which "
-                        "`stepcritic train` does not read yet")
+                        "turn by turn. The conversation layouts have list columns tasks/labels/step_indices: "
+                        "SFT trains on every answer, GRPO asks each turn's question on its own")
     p.add_argument("--prm-notes", action="store_true",
                    help="prm-sft only: before each +/- the PRM writes the step as it should read (the step itself "
                         "when correct, its correction or else its first reference critique when not); scoring then "

@@ -62,13 +62,13 @@ def judge_review(pred: dict) -> dict:
 
 
 def correction_messages(chain: dict, review: dict) -> list[dict]:
-    """The user turn asking the corrector for the answer (`correction.j2`), the image first."""
+    """The user turn asking the corrector for the answer (`correction.j2`), the chain's images first."""
     from stepcritic.data_prep.prompts import load_template, user_with_image
 
     steps = [{"text": s["text"], "review": r} for s, r in zip(chain["steps"], review["steps"])]
     text = load_template(TEMPLATE).render(question=chain["question"], steps=steps,
                                           final_answer=chain.get("final_answer") or "", answer_review=review["answer"])
-    return [user_with_image(text)]
+    return [user_with_image(text, len(chain_images(chain)))]
 
 
 # ----------------------------------------------------------------------------- answers

@@ -12,6 +12,7 @@ from helpers import RECIPES, png, step
 from stepcritic.cli import main as stepcritic
 from stepcritic.data_prep import contract, prompts
 from stepcritic.data_prep.schema import SchemaError, chain_images, load_chains, validate_chain
+from stepcritic.eval.correction import correction_messages
 
 COLOURS = {"red": (255, 0, 0), "blue": (0, 0, 255), "green": (0, 160, 0), "yellow": (230, 200, 0)}
 PAIRS = [("red", "blue"), ("green", "yellow"), ("blue", "green"), ("yellow", "red")]
@@ -200,10 +201,11 @@ def judge_specs(trained, base_url):
         "prm": f"prm:{trained['prm.yaml'][0]},batch_size=1",
         "reward": f"reward:{trained['reward.yaml'][0]},batch_size=1",
         "openai": f"openai:m,base_url={base_url},concurrency=2",
+        "openai-lookback": f"openai:m,base_url={base_url},concurrency=2,strategy=lookback",
     }
 
 
-@pytest.mark.parametrize("name", ["hf", "hf-structured", "prm", "reward", "openai"])
+@pytest.mark.parametrize("name", ["hf", "hf-structured", "prm", "reward", "openai", "openai-lookback"])
 def test_every_judge_kind_is_shown_both_images(name, data, trained):
     from stepcritic.eval.fake_openai_server import FakeOpenAIServer
     from stepcritic.eval.judges.registry import make_judge
@@ -214,7 +216,7 @@ def test_every_judge_kind_is_shown_both_images(name, data, trained):
         judge = make_judge(judge_specs(trained, server.base_url)[name])
         critiques = judge.judge_batch(chains)
     assert len(critiques) == 2
-    if name == "openai":
+    if name.startswith("openai"):
         sent = [[part for m in r["body"]["messages"] for part in m["content"] if part.get("type") == "image_url"]
                 for r in server.requests]
         assert sent and all(len(parts) == 2 for parts in sent)
@@ -238,3 +240,5 @@ def test_prompts_place_one_placeholder_per_image():
     assert placeholders(prompts.critique_messages(two)) == 2
     assert placeholders(prompts.prm_messages(dict(two, steps=[{"text": "s", "correct": True}] * 3))) == 2
     assert placeholders(prompts.critique_messages(dict(two, extra_images=[]))) == 1
+    review = {"steps": ["correct"], "answer": "correct"}
+    assert placeholders(correction_messages(two, review)) == 2
