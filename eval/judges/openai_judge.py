@@ -42,7 +42,8 @@ K = TypeVar("K")
 
 
 class EndpointUnavailable(RuntimeError):
-    """No request of the first batch got an answer: wrong URL, server down, or a bad key."""
+    """The first requests all failed (the first batch, or the first `concurrency` of a stream, or every one when
+    fewer were sent) before any answer came: wrong URL, server down, or a bad key."""
 
 
 class _Secret:
