@@ -37,7 +37,9 @@ def make_parser() -> argparse.ArgumentParser:
                         help=f"build kinds to run (default: all of {', '.join(KIND_NAMES)})")
     parser.add_argument("--image-size", type=int, default=96, help="synthetic image side in px (default 96)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-proc", type=int, default=1, help="ingest's --num-proc (default 1)")
+    parser.add_argument("--num-proc", type=int, default=1,
+                        help="--num-proc of ingest and every build (default 1); a stage's peak RSS is then that of its "
+                             "largest process (wait4 gives the maximum over the processes, not their sum)")
     parser.add_argument("--workdir", default=None, help="keep data and outputs here (default: a temporary folder)")
     parser.add_argument("--json", default=None, help="also write the full report to this file")
     return parser
@@ -114,7 +116,8 @@ def run_n(n: int, args, work: str) -> dict:
         for kind in args.kinds:
             out = os.path.join(work, kind)
             stages.append(run_stage(f"build/{kind}", ["data", "build", "--chains", chains, "--kind", kind,
-                                                      "--out", out, "--seed", str(args.seed)], n, out))
+                                                      "--out", out, "--seed", str(args.seed),
+                                                      "--num-proc", str(args.num_proc)], n, out))
     report["peak_rss_mib"] = max(s["peak_rss_mib"] for s in stages)
     report["seconds"] = round(sum(s["seconds"] for s in stages), 1)
     report["cpu_seconds"] = round(sum(s["cpu_seconds"] for s in stages), 1)

@@ -25,16 +25,24 @@ Memory: the chains are read `CHAIN_BATCH` at a time from the chains set's files 
 with the input is only its ids. critique-pref first reads the labels (no image) twice, for the split's explanation
 pool and then its corruption plan; outcome-rm fetches a group's chains where it first appears. The rows are those of a
 build that held every split at once (tests/test_data_streaming.py).
+
+`num_proc` > 1: forked worker processes validate each batch of chains and make and encode its rows (`_RowMaker`),
+a few batches per worker in flight; this process reads the chains, does critique-pref's label passes and
+outcome-rm's grouping (and so its validation), and writes the rows in the input's order, in the record batches a
+build in one process writes (`_ArrowRowWriter`): the same files and stats for any `num_proc`
+(tests/test_build_num_proc.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections import Counter
+from collections import Counter, deque
+from dataclasses import dataclass, field
 
-from stepcritic.data_prep import build_rows, critique, labels, pairs, prompts, schema
-from stepcritic.data_prep.arrow_io import RowWriter, iter_rows, save_files, temp_dir_beside
+from stepcritic.data_prep import arrow_io, build_rows, critique, labels, pairs, prompts, schema
+from stepcritic.data_prep.arrow_io import RowWriter, approx_bytes, iter_rows, save_files, temp_dir_beside
 from stepcritic.data_prep.build_rows import BUILDERS, features  # noqa: F401 (the builders and columns, by kind)
 from stepcritic.data_prep.contract import KIND_NAMES as KINDS
 from stepcritic.data_prep.contract import KINDS as KIND_SPECS
@@ -80,33 +88,57 @@ def _as_chains_dataset(chains, tmp: str):
     return schema.undecoded(writer.close())
 
 
+@dataclass
+class _Counts:
+    """What is counted of the chains read: how many, their neutral steps (before `--neutral`), their sources."""
+
+    n_in: int = 0
+    n_neutral: int = 0
+    sources: Counter = field(default_factory=Counter)
+
+    def add(self, chain: dict) -> None:
+        self.n_in += 1
+        self.n_neutral += sum(map(labels.is_neutral, chain["steps"]))
+        self.sources[chain["source"]] += 1
+
+    def merge(self, other: _Counts) -> None:
+        self.n_in += other.n_in
+        self.n_neutral += other.n_neutral
+        self.sources.update(other.sources)
+
+
+def _validated(record: dict, index: int, neutral: str, counts: _Counts | None = None) -> dict:
+    """The input's chain at `index` (named so when it has no id) checked, counted into `counts`, `--neutral` applied."""
+    chain = schema.validate_chain(record, where=str(record.get("chain_id") or f"chains[{index}]"))
+    if counts is not None:
+        counts.add(chain)
+    return labels.resolve_neutral(chain, neutral)
+
+
 class _Reader:
-    """Validated chains of the input, with `--neutral` applied, counted once (sources, neutral steps)."""
+    """The chains of the input, read in order, and what was counted of them once validated (`counts`)."""
 
     def __init__(self, chains, neutral: str):
         self.chains, self.neutral = chains, neutral
-        self.n_in, self.n_neutral, self.sources = 0, 0, Counter()
-
-    def validated(self, record: dict, count: bool) -> dict:
-        chain = schema.validate_chain(record, where=str(record.get("chain_id") or f"chains[{self.n_in}]"))
-        if count:
-            self.n_in += 1
-            self.n_neutral += sum(map(labels.is_neutral, chain["steps"]))
-            self.sources[chain["source"]] += 1
-        return labels.resolve_neutral(chain, self.neutral)
+        self.counts = _Counts()
 
     def batches(self):
-        """Lists of validated chains, `CHAIN_BATCH` at a time, in the dataset's order (counted)."""
+        """(index of the first, records as stored) `CHAIN_BATCH` at a time, in the dataset's order; validating and
+        counting them is the row maker's (`_RowMaker.rows`), in this process or a worker."""
+        first = 0
         for batch in iter_rows(self.chains, CHAIN_BATCH):
-            yield [self.validated(record, True) for record in batch]
+            yield first, batch
+            first += len(batch)
 
     def labels_only(self):
         """Every validated chain without reading an image: label passes of the kinds planned over a whole split.
         Validation is given a one-pixel stand-in (group ids are already there; rows are never made from these)."""
         columns = [c for c in self.chains.column_names if c not in ("image", "extra_images")]
+        index = 0
         for batch in iter_rows(self.chains, 1000, columns):
             for record in batch:
-                yield self.validated(dict(record, image=_stand_in_image()), count=False)
+                yield _validated(dict(record, image=_stand_in_image()), index, self.neutral)
+                index += 1
 
 
 _STAND_IN: dict = {}
@@ -156,7 +188,7 @@ def _whole_split_context(kind: str, reader: _Reader, held_out: set, mix: dict | 
 
 def _whole_groups(reader: _Reader, chains):
     """Batches of whole groups in order of first appearance (outcome-rm pairs chains within a group, and its rows
-    come in the order a whole-split build gives), from one sequential read.
+    come in the order a whole-split build gives), from one sequential read, validated and counted here.
 
     Where a group first appears, its other chains are fetched at once unless they are the rows right after it (the
     same scene and question drawn twice far apart, say) and passed over when the read reaches them: a group is
@@ -166,10 +198,9 @@ def _whole_groups(reader: _Reader, chains):
         positions.setdefault(group, []).append(i)
     fetched: set[int] = set()
     ready: list[dict] = []
-    i = -1
-    for batch in reader.batches():
-        for chain in batch:
-            i += 1
+    for first, records in reader.batches():
+        batch = [_validated(record, i, reader.neutral, reader.counts) for i, record in enumerate(records, first)]
+        for i, chain in enumerate(batch, first):
             if i in fetched:
                 fetched.discard(i)
                 continue
@@ -180,17 +211,228 @@ def _whole_groups(reader: _Reader, chains):
             place = positions[chain["group_id"]]
             if place[0] == i and len(place) > 1 and place[-1] - i != len(place) - 1:  # the rest is elsewhere
                 rest = place[1:]
-                # counted when the read reaches them
-                ready += [reader.validated(r, False) for b in iter_rows(chains.select(rest), CHAIN_BATCH) for r in b]
+                records = [r for b in iter_rows(chains.select(rest), CHAIN_BATCH) for r in b]
+                ready += [_validated(r, j, reader.neutral) for j, r in zip(rest, records)]  # counted when reached
                 fetched.update(rest)
     if ready:
         yield ready
 
 
+@dataclass
+class _Made:
+    """What one batch of chains gave: what was counted of the chains it validated, and each split's rows and counts.
+    From a worker process the rows come as Arrow (`arrow`) and `splits[s].rows` is empty."""
+
+    counts: _Counts
+    splits: dict[str, build_rows._SplitRows]
+    arrow: dict[str, _Encoded] = field(default_factory=dict)
+
+
+@dataclass
+class _RowMaker:
+    """Turns one batch of chains into rows of `kind`, each chain in its split: the per-batch work of a build, the
+    same in this process and in a worker (which gets it when forked: held-out groups, context and all)."""
+
+    kind: str
+    template: prompts.PromptTemplate
+    held_out: set
+    context: dict  # per split: what the kind needs of the whole split (critique-pref's pool and plan)
+    options: dict  # seed, pref_mix and the step-label options, passed on to the builder
+    columns: object  # the built dataset's `datasets.Features`
+
+    def rows(self, records: list[dict], first: int | None) -> _Made:
+        """`records`: rows of the input from index `first` on, validated and counted here; or, `first` None, chains
+        already validated and counted (outcome-rm's whole groups, put together in the reading process)."""
+        counts = _Counts()
+        chains = records
+        if first is not None:
+            neutral = self.options["neutral"]
+            chains = [_validated(record, i, neutral, counts) for i, record in enumerate(records, first)]
+        by_split: dict[str, list] = {s: [] for s in SPLITS}
+        for chain in chains:
+            by_split[HELD_OUT if chain["group_id"] in self.held_out else TRAIN].append(chain)
+        splits = {}
+        for s in SPLITS:
+            if by_split[s]:
+                splits[s] = build_rows._SplitRows()
+                BUILDERS[self.kind](by_split[s], self.template, splits[s], **self.context[s], **self.options)
+        return _Made(counts, splits)
+
+    def arrow(self, records: list[dict], first: int | None) -> _Made:
+        """`rows`, encoded to Arrow where they were made (`_Encoded`): encoding is as much of the work as making them
+        (verifier-sft), and this way the writing process only joins and writes them."""
+        made = self.rows(records, first)
+        for s, out in made.splits.items():
+            made.arrow[s] = _Encoded.of(out.rows, self.columns)
+            out.rows = []
+        return made
+
+
+@dataclass
+class _Encoded:
+    """Rows encoded to Arrow for the trip from a worker to the writing process, each chain's images once.
+
+    A row's images are its chain's, and verifier-sft has a row per task and step: written out row by row, a batch of
+    MiCEval chains (images of a few hundred KB) would cross as 10 times their size, in several copies. So `rows`
+    holds every column but the images, `images` one row per distinct image list, and `image_of` each row's
+    position in it; `_ArrowRowWriter` puts them back together a written batch at a time."""
+
+    rows: bytes  # an Arrow stream
+    images: bytes  # an Arrow stream, one column "images"
+    image_of: list[int]
+    sizes: list[int]  # each row's `approx_bytes`, for `_ArrowRowWriter` to cut the batches `RowWriter` would
+
+    @classmethod
+    def of(cls, rows: list[dict], columns) -> _Encoded:
+        from datasets import Features
+
+        distinct: dict[tuple, int] = {}  # the same images are the same objects: the chain's own
+        image_lists, image_of = [], []
+        for row in rows:
+            key = tuple(map(id, row["images"]))
+            if key not in distinct:
+                distinct[key] = len(image_lists)
+                image_lists.append(row["images"])
+            image_of.append(distinct[key])
+        others = Features({name: feature for name, feature in columns.items() if name != "images"})
+        return cls(_to_arrow({name: [row.get(name) for row in rows] for name in others}, others),
+                   _to_arrow({"images": image_lists}, Features({"images": columns["images"]})),
+                   image_of, [approx_bytes(row) for row in rows])
+
+
+def _to_arrow(batch: dict[str, list], columns) -> bytes:
+    """A batch of columns as an Arrow stream, encoded and typed as `RowWriter` writes them. Not through `datasets`'
+    `ArrowWriter`: it costs a few ms a call (schema metadata, casts), as much as encoding the rows one split of 64
+    chains gives; `_ArrowRowWriter` hands the batches it joins to one."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pydict(columns.encode_batch(batch), schema=columns.arrow_schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+class _ArrowRowWriter:
+    """`RowWriter` for rows already in Arrow (`_Encoded`, made in worker processes): a split's pieces are cut and
+    joined into the batches `RowWriter` flushes, by the same row and byte bounds on the same per-row sizes, so the
+    file holds what a build in one process writes, batch for batch. The rows' images are put in at the flush, so
+    memory holds the images of one written batch, not of every row of every piece."""
+
+    def __init__(self, path: str, columns):
+        from datasets.arrow_writer import ArrowWriter
+
+        self.path, self.features = path, columns
+        self.max_rows, self.max_bytes = arrow_io.MAX_BATCH_ROWS, arrow_io.MAX_BATCH_BYTES
+        self._writer = ArrowWriter(features=columns, path=path, writer_batch_size=self.max_rows)
+        self._pieces: list[tuple] = []  # (rows without images, distinct images, each row's position in them)
+        self._rows = self._bytes = self.n_rows = 0
+
+    def add(self, encoded: _Encoded) -> None:
+        import pyarrow as pa
+
+        table = pa.ipc.open_stream(encoded.rows).read_all()
+        images = pa.ipc.open_stream(encoded.images).read_all().column("images")
+        start = 0
+        for i, size in enumerate(encoded.sizes):
+            self._rows += 1
+            self._bytes += size
+            if self._rows >= self.max_rows or self._bytes >= self.max_bytes:
+                self._pieces.append((table.slice(start, i + 1 - start), images, encoded.image_of[start:i + 1]))
+                start = i + 1
+                self.flush()
+        if start < len(encoded.sizes):
+            self._pieces.append((table.slice(start), images, encoded.image_of[start:]))
+        self.n_rows += len(encoded.sizes)
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        if not self._pieces:
+            return
+        # one record batch, each column copied into fresh buffers sized as those of rows written in one process
+        # (`concat_arrays`, `take`): joined slices would keep their pieces' buffers, the same values in other bytes
+        columns = []
+        for name in self.features:
+            if name == "images":  # every row's images taken from the pieces' distinct ones: their only copy
+                distinct, positions, offset = [], [], 0
+                for _, images, image_of in self._pieces:
+                    distinct += images.chunks
+                    positions += [offset + i for i in image_of]
+                    offset += len(images)
+                columns.append(pa.concat_arrays(distinct).take(positions))
+            else:
+                columns.append(pa.concat_arrays([c for rows, _, _ in self._pieces for c in rows.column(name).chunks]))
+        self._writer.write_table(pa.table(columns, schema=self.features.arrow_schema))
+        self._pieces, self._rows, self._bytes = [], 0, 0
+
+    def close(self):
+        from datasets import Dataset
+
+        self.flush()
+        self._writer.finalize()
+        self._writer.close()
+        return Dataset.from_file(self.path)
+
+
+_MAKER: _RowMaker | None = None  # a worker process's row maker
+
+
+def _worker_init(maker: _RowMaker) -> None:
+    import signal
+
+    global _MAKER
+    _MAKER = maker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
+
+
+def _worker_rows(records: list[dict], first: int | None) -> _Made:
+    return _MAKER.arrow(records, first)
+
+
+def _made_in_workers(maker: _RowMaker, batches, num_proc: int):
+    """`maker.arrow` of every batch, in order, from `num_proc` forked worker processes. At most two batches per
+    worker are in flight (`Executor.map` would submit the whole input first), so memory holds a few batches of
+    chains and of their rows, whatever the input's size.
+
+    A `UserError` from a worker (a chain that does not validate, say) is raised here as it is, without the
+    worker's traceback, so the command reports it in one line as a build in one process does."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # forked (as ingest's workers are): they start with the maker as it is, no pickling of the held-out groups or
+    # critique-pref's plan, and leave with os._exit, so they never flush this process's open writers
+    pool = ProcessPoolExecutor(num_proc, mp_context=multiprocessing.get_context("fork"), initializer=_worker_init,
+                               initargs=(maker,))
+    pending: deque = deque()
+    try:
+        for first, records in batches:
+            pending.append(pool.submit(_worker_rows, records, first))
+            if len(pending) >= 2 * num_proc:
+                yield _result(pending.popleft())
+        while pending:
+            yield _result(pending.popleft())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _result(future) -> _Made:
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return future.result()
+    except UserError as e:
+        raise e from None
+    except BrokenProcessPool:
+        raise BuildError("a --num-proc worker process ended abruptly (killed, or out of memory?); try fewer "
+                         "processes") from None
+
+
 def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, tmp: str, step_labels: dict,
-                  mix: dict | None):
+                  mix: dict | None, num_proc: int = 1):
     """Build `kind` batch by batch into one Arrow file per split under `tmp`; memory holds one batch of chains
-    and rows (and ids), never the whole input."""
+    and rows (and ids), never the whole input. With `num_proc` > 1 worker processes make the batches' rows, and
+    this process reads the chains and writes the rows, in the same order."""
     chains = _as_chains_dataset(chains, tmp)
     if len(chains) == 0:
         raise BuildError("no chains to build from")
@@ -198,34 +440,43 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
     reader = _Reader(chains, step_labels["neutral"])
     context = _whole_split_context(kind, reader, held_out, mix, seed)
     columns = build_rows.features(kind, step_labels.get("verifier_layout", "rows"))
-    writers = {s: RowWriter(os.path.join(tmp, f"{s}.arrow"), columns) for s in SPLITS}
-    produced = {s: build_rows._SplitRows() for s in SPLITS}
+    maker = _RowMaker(kind, template, held_out, context, dict(seed=seed, pref_mix=mix, **step_labels), columns)
     batches = reader.batches()
     if kind == "outcome-rm":
-        batches = _whole_groups(reader, chains)
-    for batch in batches:
-        by_split: dict[str, list] = {s: [] for s in SPLITS}
-        for chain in batch:
-            by_split[HELD_OUT if chain["group_id"] in held_out else TRAIN].append(chain)
-        for s in SPLITS:
-            if not by_split[s]:
-                continue
-            out = produced[s]
-            BUILDERS[kind](by_split[s], template, out, seed=seed, pref_mix=mix, **context[s], **step_labels)
-            writers[s].extend(out.rows)
-            out.n_rows += len(out.rows)
-            out.rows.clear()
-    assert reader.n_in == len(chains)  # every chain read once
+        batches = ((None, group_batch) for group_batch in _whole_groups(reader, chains))
+    if num_proc > 1:
+        writers = {s: _ArrowRowWriter(os.path.join(tmp, f"{s}.arrow"), columns) for s in SPLITS}
+        making = contextlib.closing(_made_in_workers(maker, batches, num_proc))  # closed: the workers stop
+    else:
+        writers = {s: RowWriter(os.path.join(tmp, f"{s}.arrow"), columns) for s in SPLITS}
+        making = contextlib.nullcontext(maker.rows(records, first) for first, records in batches)
+    produced = {s: build_rows._SplitRows() for s in SPLITS}
+    with making as made_batches:
+        for made in made_batches:
+            reader.counts.merge(made.counts)
+            for s, out in made.splits.items():
+                total = produced[s]  # Counter.update keeps the zero counts a builder sets, as one _SplitRows does
+                total.skipped.update(out.skipped)
+                total.labels.update(out.labels)
+                total.explanations.update(out.explanations)
+                if s in made.arrow:
+                    writers[s].add(made.arrow[s])
+                    total.n_rows += len(made.arrow[s].sizes)
+                else:
+                    writers[s].extend(out.rows)
+                    total.n_rows += len(out.rows)
+    assert reader.counts.n_in == len(chains)  # every chain read once
     for s in SPLITS:
         writers[s].close()
-    info = {"chains_in": reader.n_in, "sources": reader.sources, "neutral_steps": reader.n_neutral, **split_info}
+    info = {"chains_in": reader.counts.n_in, "sources": reader.counts.sources,
+            "neutral_steps": reader.counts.n_neutral, **split_info}
     return writers, produced, info
 
 
 def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts.PromptTemplate | None = None,
                   pref_mix: dict | str | None = None, neutral: str = "skip", step_targets: str = "hard",
-                  prm_notes: bool = False,
-                  verifier_layout: str = "rows") -> tuple[prompts.PromptTemplate, dict | None]:
+                  prm_notes: bool = False, verifier_layout: str = "rows",
+                  num_proc: int = 1) -> tuple[prompts.PromptTemplate, dict | None]:
     """Check the build options before any chain is read; returns the loaded template and the parsed mix.
 
     `test_fraction` may be 0 here (everything in train); the command line asks for a held-out split.
@@ -249,6 +500,8 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
         raise BuildError(f"--verifier-layout {verifier_layout} only applies to kind 'verifier-sft', not {kind!r}")
     if prm_notes and kind != "prm-sft":
         raise BuildError(f"--prm-notes only applies to kind 'prm-sft', not {kind!r}")
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise BuildError(f"--num-proc must be a positive number of processes, got {num_proc!r}")
     try:
         loaded_template = prompts.load_template(template or prompts.DEFAULT_TEMPLATES[TEMPLATE_ROLE[kind]])
     except FileNotFoundError as e:
@@ -260,15 +513,16 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
 def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, seed: int = 0,
                   template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None,
                   neutral: str = "skip", step_targets: str = "hard", prm_notes: bool = False,
-                  verifier_layout: str = "rows") -> dict:
+                  verifier_layout: str = "rows", num_proc: int = 1) -> dict:
     """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats.
 
     `prm_notes` (prm-sft): each judgement comes after the step as it should read (`prompts.prm_note`).
-    `verifier_layout` (verifier-sft): "rows", "task" or "chain" (`build_rows.VERIFIER_LAYOUTS`)."""
+    `verifier_layout` (verifier-sft): "rows", "task" or "chain" (`build_rows.VERIFIER_LAYOUTS`).
+    `num_proc`: processes that make the rows (above 1, forked workers); the dataset and stats are the same."""
     from stepcritic.data_prep.card import write_card
 
     loaded_template, mix = check_options(kind, test_fraction, template, pref_mix, neutral, step_targets, prm_notes,
-                                         verifier_layout)
+                                         verifier_layout, num_proc)
     step_labels = {"neutral": neutral, "step_targets": step_targets}
     if kind == "prm-sft":
         step_labels["prm_notes"] = prm_notes
@@ -277,7 +531,7 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
     os.makedirs(out_dir, exist_ok=True)
     with temp_dir_beside(out_dir, ".build-") as tmp:
         writers, produced, info = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp, step_labels,
-                                                mix)
+                                                mix, num_proc)
         save_files({s: writers[s].path for s in SPLITS}, writers[TRAIN].features, out_dir,
                    {s: writers[s].n_rows for s in SPLITS})
 

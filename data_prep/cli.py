@@ -83,6 +83,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                    help="prm-sft only: before each +/- the PRM writes the step as it should read (the step itself "
                         "when correct, its correction or else its first reference critique when not); scoring then "
                         "generates the note first")
+    p.add_argument("--num-proc", type=int, default=1,
+                   help="worker processes that check the chains and make and encode the rows (default 1); the "
+                        "dataset and build_stats.json are the same for any number")
     return parser
 
 
@@ -134,7 +137,8 @@ def main(args: argparse.Namespace) -> int:
             raise BuildError(f"--test-fraction must be between 0 and 1 (the share of groups held out for the "
                              f"'test' split), got {args.test_fraction}")
         options = dict(template=args.template, pref_mix=args.pref_mix, neutral=args.neutral,
-                       step_targets=args.step_targets, prm_notes=args.prm_notes, verifier_layout=args.verifier_layout)
+                       step_targets=args.step_targets, prm_notes=args.prm_notes, verifier_layout=args.verifier_layout,
+                       num_proc=args.num_proc)
         check_options(args.kind, args.test_fraction, **options)  # before reading any chain
         stats = build_dataset(load_chains(args.chains), args.kind, args.out, test_fraction=args.test_fraction,
                               seed=args.seed, **options)
