@@ -21,3 +21,12 @@ def miceval_jsonl():
     if not os.path.exists(MICEVAL_JSONL):
         pytest.skip(f"shared MiCEval data not present at {MICEVAL_JSONL}")
     return MICEVAL_JSONL
+
+
+@pytest.fixture(scope="module")
+def private_tiny_cache(tmp_path_factory):
+    """A module's own STEPCRITIC_CACHE, so its tiny builds neither reuse nor leave behind the user's cache; a module
+    opts in with `pytestmark = pytest.mark.usefixtures("private_tiny_cache")`."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STEPCRITIC_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield

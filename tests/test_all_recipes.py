@@ -49,11 +49,7 @@ def training_params():
     return params
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_tiny_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("STEPCRITIC_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("private_tiny_cache")  # conftest.py: this module's own tiny-model cache
 
 
 @pytest.fixture(scope="module")

@@ -26,11 +26,7 @@ def name_of(path):
     return str(path.relative_to(RECIPES_DIR))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_tiny_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("STEPCRITIC_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("private_tiny_cache")  # conftest.py: this module's own tiny-model cache
 
 
 def write(tmp_path, text, name="recipe.yaml"):
