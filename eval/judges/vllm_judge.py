@@ -24,7 +24,7 @@ class VLLMJudge(GenerativeJudge):
     kind = "vllm"
     OPTIONS = {**GenerativeJudge.OPTIONS, "gpu_memory_utilization": float, "max_model_len": int,
                "tensor_parallel_size": int, "max_images": int}
-    RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"gpu_memory_utilization", "tensor_parallel_size"}
+    RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"gpu_memory_utilization", "tensor_parallel_size", "max_images"}
 
     def __init__(self, spec: str, target: str | None = None, gpu_memory_utilization: float = 0.85,
                  max_model_len: int = 8192, tensor_parallel_size: int = 1, max_images: int = 1, **options):
