@@ -128,10 +128,11 @@ QUESTIONS = (_colour, _where, _what_at, _count_shape, _count_colour, _exists, _r
 
 
 def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96, max_items: int = 6,
-                 caption_rate: float = 0.3) -> tuple[list[dict], bytes]:
+                 caption_rate: float = 0.3, with_items: bool = False) -> tuple:
     """One scene of 1..max_items shapes as chat messages (the image on the first user turn) and its PNG bytes:
     `n_questions` questions, after a caption in `caption_rate` of conversations. Mostly without: once the
-    caption is in the context, every later answer can be copied from its words instead of read off the image."""
+    caption is in the context, every later answer can be copied from its words instead of read off the image.
+    `with_items` adds the scene's items as a third element."""
     from stepcritic.data_prep.prompts import assistant_turn, user_turn, user_with_image
 
     items = place(rng, random_pairs(rng, rng.randint(1, max_items)))
@@ -144,4 +145,4 @@ def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96,
         if asked:
             messages += [user_turn(asked[0]) if messages else user_with_image(asked[0]), assistant_turn(asked[1])]
             questions += 1
-    return messages, render_png(items, image_size)
+    return (messages, render_png(items, image_size)) + ((items,) if with_items else ())

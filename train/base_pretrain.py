@@ -1,46 +1,96 @@
 """Vision-language pre-training of the tiny critic's base on rendered scenes: captions and visual questions.
 
+    python -m stepcritic.train.base_pretrain --out runs/tiny-base --steps 6000 [--threads 1] [--max-minutes M]
+
 A real critic is fine-tuned from a VLM that already reads images into words. The tiny critic's language model
 starts random, and learning both to read a scene and to judge a step from a few thousand critic examples is
-more than a CPU-sized run manages (the README's perception probe: binding a colour to one of three shapes
-takes thousands of steps). This stage is the tiny base's LLaVA-style pre-training: next-token loss on the
-answers of `data_prep.scene_qa` conversations (a caption of every cell, then questions about colours,
-positions, counts, relations, sizes), with the pre-trained vision tower frozen. No chain, step or correctness
-label is ever shown: the critic still has to learn to judge from the critic data.
+more than a CPU-sized run manages (binding a colour to one of three shapes takes thousands of steps). This stage
+is the tiny base's LLaVA-style pre-training: next-token loss on the answers of `data_prep.scene_qa`
+conversations (sometimes a caption, then questions about colours, positions, counts, relations, sizes, sums and
+yes/no claims), with the pre-trained vision tower frozen. No chain, step or correctness label is ever shown, and
+no scene of the demo's held-out chains (`excluded_scenes`): the critic still has to learn to judge from the critic
+data, and it is judged on scenes it has never seen.
 
-Scenes are generated as training goes (fresh every step, never repeated), in DataLoader workers, so the same
-loop serves a 2-core CPU (a few hundred steps in a cached build) and a GPU (bf16, tens of thousands of steps).
+Scenes are fresh every step: step s draws from its own RNG, seeded by (seed, s), so a resumed run sees exactly
+the batches an uninterrupted one would. Scenes grow from at most 2 shapes to 6 over the first 30% of steps (a
+curriculum: with one or two shapes, "which shape is the question about" is nearly free, so reading colours,
+sizes and cells is learnt first, then binding). The run checkpoints every `--save-every` steps (model,
+optimiser, schedule, history) and resumes from its folder; `--out` ends up holding a loadable model and
+`pretraining.json` (the settings, the loss and probe history, the final probe table).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
 import math
+import os
 import random
+import sys
 import time
 
 logger = logging.getLogger("stepcritic.train")
 
+CHECKPOINT = "checkpoint.pt"
+RECORD = "pretraining.json"
+# the demo's held-out chains (`stepcritic demo`: seed 0 + 1000, both levels); their scenes are never pre-trained on
+HELD_OUT_SEEDS = (1000,)
+HELD_OUT_CHAINS = 600
+
+
+def scene_key(items) -> tuple:
+    """What makes two scenes the same picture: every (cell, shape, colour, size)."""
+    def get(it, k):
+        return it[k] if isinstance(it, dict) else getattr(it, k)
+    return tuple(sorted((get(it, "row"), get(it, "col"), get(it, "shape"), get(it, "colour"), get(it, "size"))
+                        for it in items))
+
+
+def excluded_scenes(seeds=HELD_OUT_SEEDS, n: int = HELD_OUT_CHAINS) -> frozenset:
+    """The scenes of the demo's held-out chains (`n` chains per seed and level): pre-training never draws one."""
+    from stepcritic.data_prep.synth import LEVELS, iter_synthesize
+
+    keys = set()
+    for seed in seeds:
+        for level in LEVELS:
+            for chain in iter_synthesize(n, seed, image_size=32, level=level):
+                keys.add(scene_key(json.loads(chain["meta"])["scene"]))
+    return frozenset(keys)
+
+
+def max_items_at(step: int, steps: int, start: int = 2, end: int = 6, ramp: float = 0.3) -> int:
+    """The curriculum: most shapes a scene may have at `step` (1 to this many, uniformly)."""
+    if steps <= 0 or step >= ramp * steps:
+        return end
+    return min(end, start + int((end - start + 1) * step / (ramp * steps)))
+
 
 class SceneConversations:
-    """An endless stream of encoded scene conversations, one RNG per DataLoader worker."""
+    """Encoded scene conversations; batch `step` depends only on (seed, step, batch_size, steps)."""
 
-    def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6):
+    def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6, exclude: frozenset = frozenset()):
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
+        self.exclude = exclude
 
-    def batches(self, batch_size: int, worker: int = 0):
+    def conversations(self, rng: random.Random, n: int, max_items: int = 6) -> list:
         from trl.data_utils import prepare_multimodal_messages
 
         from stepcritic.data_prep.images import to_rgb
         from stepcritic.data_prep.scene_qa import conversation
 
-        rng = random.Random(f"stepcritic-base/{self.seed}/{worker}")
-        while True:
-            conversations = []
-            for _ in range(batch_size):
-                messages, png = conversation(rng, self.n_questions, self.image_size)
-                conversations.append(prepare_multimodal_messages(messages, images=[to_rgb(png)]))
-            yield encode(self.processor, conversations)
+        out = []
+        while len(out) < n:
+            messages, png, items = conversation(rng, self.n_questions, self.image_size, max_items=max_items,
+                                                with_items=True)
+            if scene_key(items) in self.exclude:
+                continue
+            out.append(prepare_multimodal_messages(messages, images=[to_rgb(png)]))
+        return out
+
+    def batch(self, step: int, batch_size: int, steps: int = 0) -> dict:
+        rng = random.Random(f"stepcritic-base/{self.seed}/{step}")
+        return encode(self.processor, self.conversations(rng, batch_size, max_items_at(step, steps)))
 
 
 def encode(processor, conversations) -> dict:
@@ -56,20 +106,20 @@ def encode(processor, conversations) -> dict:
     return dict(batch)
 
 
-def _stream(processor, seed: int, image_size: int, batch_size: int, workers: int):
-    """Batches from `workers` processes (or the main process with 0)."""
+def _stream(source: SceneConversations, batch_size: int, workers: int, first: int, steps: int):
+    """Batches first, first + 1, ... from `workers` processes (or the main process with 0), in order."""
+    if not workers:
+        return (source.batch(step, batch_size, steps) for step in range(first, steps))
     import torch
 
-    source = SceneConversations(processor, seed, image_size)
+    class _Steps(torch.utils.data.Dataset):
+        def __len__(self):
+            return steps - first
 
-    class _Iterable(torch.utils.data.IterableDataset):
-        def __iter__(self):
-            info = torch.utils.data.get_worker_info()
-            return source.batches(batch_size, worker=info.id if info else 0)
+        def __getitem__(self, i):
+            return source.batch(first + i, batch_size, steps)
 
-    loader = torch.utils.data.DataLoader(_Iterable(), batch_size=None, num_workers=workers,
-                                         prefetch_factor=4 if workers else None, persistent_workers=bool(workers))
-    return iter(loader)
+    return iter(torch.utils.data.DataLoader(_Steps(), batch_size=None, num_workers=workers, prefetch_factor=4))
 
 
 def answer_accuracy(model, batch) -> float:
@@ -83,11 +133,20 @@ def answer_accuracy(model, batch) -> float:
     return float((predicted[kept] == gold[kept]).float().mean())
 
 
+def _schedule(steps: int, warmup: int):
+    """Linear warm-up, then cosine decay to 10% of the peak at `steps`."""
+    return lambda s: min((s + 1) / warmup, 0.1 + 0.45 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+
+
 def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int = 16, learning_rate: float = 1e-3,
                   image_size: int = 96, device: str | None = None, bf16: bool = False, workers: int = 0,
-                  log_every: int = 100, max_seconds: float | None = None) -> dict:
-    """Train `model`'s language model and projector in place (vision tower frozen); returns the last logged loss
-    and the answer-token accuracy on fresh scenes. `max_seconds` stops early (the schedule is not stretched)."""
+                  log_every: int = 100, max_seconds: float | None = None, checkpoint_dir: str | None = None,
+                  save_every: int = 250, probe_every: int = 0, exclude: frozenset = frozenset()) -> dict:
+    """Train `model`'s language model and projector in place (vision tower frozen); returns the steps done, the
+    last logged loss, the answer-token accuracy on fresh scenes, and the history of logged losses and probes.
+
+    With `checkpoint_dir`, the run saves there every `save_every` steps and resumes from what it finds.
+    `max_seconds` stops early (the schedule is not stretched: resuming continues it)."""
     import torch
 
     from stepcritic.train import archs
@@ -96,16 +155,32 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     archs.freeze_vision_tower(model)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=learning_rate, weight_decay=0.0, betas=(0.9, 0.98))
-    warmup = max(steps // 20, 1)
-    schedule = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, cosine decay to 10%
-        optimizer, lambda s: min((s + 1) / warmup, 0.1 + 0.45 * (1 + math.cos(math.pi * s / steps))))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(steps, max(steps // 20, 1)))
+    first, history, spent = 0, [], 0.0
+    path = os.path.join(checkpoint_dir, CHECKPOINT) if checkpoint_dir else None
+    if path and os.path.isfile(path):
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        first, history, spent = state["step"], state["history"], state["seconds"]
+        logger.info("base pre-training: resumed at step %d of %d from %s", first, steps, path)
+
+    def save(step: int):
+        if path:
+            tmp = path + ".tmp"
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "schedule": schedule.state_dict(), "step": step, "history": history,
+                        "seconds": spent + time.perf_counter() - start}, tmp)
+            os.replace(tmp, path)  # a run killed mid-save keeps its previous checkpoint
+
     generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
+    torch.manual_seed(seed + first)
     model.to(device).train()
-    stream = _stream(processor, seed, image_size, batch_size, workers)
-    start, loss_value = time.perf_counter(), float("nan")
-    for step in range(steps):
-        batch = {k: v.to(device) for k, v in next(stream).items()}
+    source = SceneConversations(processor, seed, image_size, exclude=exclude)
+    start, loss_value, done = time.perf_counter(), float("nan"), first
+    for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
+        batch = {k: v.to(device) for k, v in batch.items()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)
@@ -113,21 +188,96 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimizer.step()
         schedule.step()
-        out_of_time = max_seconds is not None and time.perf_counter() - start > max_seconds
-        if (step + 1) % log_every == 0 or step + 1 == steps or out_of_time:
+        done = step + 1
+        elapsed = time.perf_counter() - start
+        out_of_time = max_seconds is not None and elapsed > max_seconds
+        if done % log_every == 0 or done == steps or out_of_time:
             loss_value = loss.item()
-            logger.info("base pre-training step %d/%d: loss %.4f (%.1f s)", step + 1, steps, loss_value,
-                        time.perf_counter() - start)
+            entry = {"step": done, "loss": round(loss_value, 4), "max_items": max_items_at(step, steps),
+                     "seconds": round(spent + elapsed, 1)}
+            if probe_every and (done % probe_every == 0 or done == steps):
+                from stepcritic.bench.base_probe import probe
+
+                entry["probe"] = probe(model, processor, per_question=16, seed=123)
+                model.train()
+            history.append(entry)
+            left = elapsed / (done - first) * (steps - done)
+            probe_text = f", probe min {min(entry['probe'].values()):.2f} mean " \
+                         f"{sum(entry['probe'].values()) / len(entry['probe']):.2f}" if "probe" in entry else ""
+            logger.info("base pre-training step %d/%d: loss %.4f, scenes of up to %d shapes%s, %.0f s, "
+                        "about %.0f min left", done, steps, loss_value, entry["max_items"], probe_text,
+                        spent + elapsed, left / 60)
+        if done % save_every == 0 and done < steps:
+            save(done)
         if out_of_time:
-            steps = step + 1
             break
+    save(done)
     model.eval()
-    held_out = SceneConversations(processor, seed + 10_000, image_size).batches(64)
+    rng = random.Random(f"stepcritic-base-held-out/{seed}")
+    held_out = encode(processor, SceneConversations(processor, seed, image_size).conversations(rng, 64))
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        accuracy = answer_accuracy(model, {k: v.to(device) for k, v in next(held_out).items()})
+        accuracy = answer_accuracy(model, {k: v.to(device) for k, v in held_out.items()})
     model.to("cpu")
     torch.random.set_rng_state(generator_state)
-    logger.info("base pre-training: %d steps, loss %.4f, answer-token accuracy on fresh scenes %.3f",
-                steps, loss_value, accuracy)
-    return {"steps": steps, "loss": loss_value, "answer_token_accuracy": accuracy,
-            "seconds": time.perf_counter() - start}
+    logger.info("base pre-training: %d of %d steps, loss %.4f, answer-token accuracy on fresh scenes %.3f",
+                done, steps, loss_value, accuracy)
+    return {"steps": done, "planned_steps": steps, "loss": loss_value, "answer_token_accuracy": accuracy,
+            "seconds": spent + time.perf_counter() - start, "history": history}
+
+
+def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.train.base_pretrain",
+                                               description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="run folder: checkpoints while training, the base at the end")
+    parser.add_argument("--steps", type=int, default=6000, help="planned steps (the schedule's length)")
+    parser.add_argument("--vision-steps", type=int, default=400, help="vision tower pre-training steps first")
+    parser.add_argument("--batch-size", type=int, default=16, help="scenes per step (6 questions each)")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
+    parser.add_argument("--log-every", type=int, default=50)
+    parser.add_argument("--probe-every", type=int, default=500, help="quick held-out probe (16 per kind)")
+    parser.add_argument("--save-every", type=int, default=250)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stdout)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny import build_tiny_critic
+
+    os.makedirs(args.out, exist_ok=True)
+    init = os.path.join(args.out, "init")
+    if not os.path.isfile(os.path.join(init, "config.json")):  # random language model + pre-trained vision tower
+        logger.info("building the tiny model and pre-training its vision tower (%d steps)", args.vision_steps)
+        build_tiny_critic(init + ".tmp", seed=args.seed, vision_pretrain_steps=args.vision_steps)
+        os.replace(init + ".tmp", init)
+    model, processor = load_critic(init)
+    result = pretrain_base(model, processor, args.steps, seed=args.seed, batch_size=args.batch_size,
+                           learning_rate=args.learning_rate, log_every=args.log_every,
+                           max_seconds=args.max_minutes * 60 if args.max_minutes else None, checkpoint_dir=args.out,
+                           save_every=args.save_every, probe_every=args.probe_every, exclude=excluded_scenes())
+    from stepcritic.bench.base_probe import probe
+
+    final = os.path.join(args.out, "model")
+    model.save_pretrained(final)
+    processor.save_pretrained(final)
+    record = {"settings": {k: v for k, v in vars(args).items() if not k.startswith("_")}, **result}
+    if result["steps"] == args.steps:
+        record["probe"] = probe(model, processor, per_question=96, seed=123)
+        logger.info("probe (96 fresh scenes per kind): %s", record["probe"])
+    with open(os.path.join(args.out, RECORD), "w") as f:
+        json.dump(record, f, indent=2)
+    print(f"{'finished' if result['steps'] == args.steps else 'stopped'} at step {result['steps']} of {args.steps}: "
+          f"{final}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(make_parser().parse_args()))

@@ -26,7 +26,7 @@ from stepcritic.train.tiny_tokenizer import (
 
 # Bump when the builder changes what it writes, so cached copies are rebuilt instead of silently reused
 # (part of the cache key in tiny_cache.py).
-TINY_BUILD_VERSION = 3
+TINY_BUILD_VERSION = 4
 DEFAULT_PATCH_SIZE = {"llava": 32, "idefics3": 16}
 
 ARCHS = ("llava", "idefics3")

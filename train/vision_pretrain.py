@@ -7,7 +7,9 @@ them in a CPU-sized run. Measured on "What colour is the shape?" with one shape 
 accuracy (chance 0.25) after 300 SFT steps from a random tower, 1.00 after 300 steps from a pre-trained one.
 
 The task: every image token of a rendered scene (one token per grid cell) is classified into that cell's
-shape, colour and size (or "empty") by linear heads that are thrown away afterwards. Only the vision tower
+shape, colour and size (or "empty"), and its row and column, by linear heads that are thrown away afterwards. The
+row and column heads matter: the language model's rotary positions are relative, so an image token only says
+where it is if its own features do ("Where is the circle?": 0.26 after 300 SFT steps without them). Only the vision tower
 and the projector are trained, so the language model stays untrained: it still has to learn everything about
 critiques, and what the image tokens mean, from the critic data.
 """
@@ -21,22 +23,25 @@ logger = logging.getLogger("stepcritic.train")
 
 BATCH = 64
 LEARNING_RATE = 2e-3
+HEADS = ("shape", "colour", "size", "row", "column")
 
 
 def _scene_batch(rng: random.Random, processor, n: int):
-    """n rendered scenes of 1-6 shapes as pixel values, and per-cell labels (cells, [shape, colour, size])."""
+    """n rendered scenes of 1-6 shapes as pixel values, and per-cell labels (cells, [shape, colour, size, row, col])."""
     import torch
 
     from stepcritic.data_prep.images import to_rgb
     from stepcritic.data_prep.render import COLOURS, GRID, SHAPES, SIZES, place, random_pairs, render_png
 
     colours = list(COLOURS)
-    images, labels = [], torch.zeros(n, GRID * GRID, 3, dtype=torch.long)  # 0 = empty cell
+    images, labels = [], torch.zeros(n, GRID * GRID, len(HEADS), dtype=torch.long)  # 0 = empty cell
+    labels[..., 3] = torch.arange(GRID * GRID) // GRID
+    labels[..., 4] = torch.arange(GRID * GRID) % GRID
     for b in range(n):
         items = place(rng, random_pairs(rng, rng.randint(1, 6)))
         images.append(to_rgb(render_png(items)))
         for it in items:
-            labels[b, it.row * GRID + it.col] = torch.tensor(
+            labels[b, it.row * GRID + it.col, :3] = torch.tensor(
                 [1 + SHAPES.index(it.shape), 1 + colours.index(it.colour), 1 + SIZES.index(it.size)]
             )
     return processor.image_processor(images, return_tensors="pt")["pixel_values"], labels
@@ -74,7 +79,8 @@ def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
                          f"this model gives {n_tokens} per image (set patch_size = image_size / {GRID})")
 
     hidden = model.config.text_config.hidden_size
-    heads = torch.nn.ModuleList([torch.nn.Linear(hidden, 1 + len(values)) for values in (SHAPES, COLOURS, SIZES)])
+    classes = (1 + len(SHAPES), 1 + len(COLOURS), 1 + len(SIZES), GRID, GRID)
+    heads = torch.nn.ModuleList([torch.nn.Linear(hidden, n) for n in classes])
     heads.to(device)
     language = {id(p) for p in (*model.get_decoder().parameters(), *model.get_output_embeddings().parameters())}
     trained = [p for p in model.parameters() if id(p) not in language]  # vision tower + projector/connector
@@ -96,7 +102,7 @@ def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
         pixel_values, labels = pixel_values.to(device), labels.to(device)
         logits = [head(cell_features(model, pixel_values, BATCH)) for head in heads]
         accuracy = {name: float((lg.argmax(-1) == labels[..., k]).float().mean())
-                    for k, (name, lg) in enumerate(zip(("shape", "colour", "size"), logits))}
+                    for k, (name, lg) in enumerate(zip(HEADS, logits))}
     torch.random.set_rng_state(generator_state)
     logger.info("vision pre-training: %d steps, loss %.4f, cell accuracy %s", steps, loss.item(), accuracy)
     return {"loss": float(loss.item()), "accuracy": accuracy}
