@@ -334,6 +334,16 @@ def step_score_messages(chain: dict, step_index: int) -> list[dict]:
     return [_shown(chain, text)]
 
 
+def step_check_messages(chain: dict, step_index: int) -> list[dict]:
+    """The user turn asking whether step `step_index` is correct given the image, the question and the steps
+    before it, to be answered "yes" or "no" (read as P(yes) by `train.scoring.StepCheckScorer`)."""
+    _check_step_index(chain, step_index)
+    texts = _step_texts(chain)
+    text = load_template("step_check").render(question=chain["question"], previous=texts[:step_index],
+                                              step=texts[step_index], step_number=step_index + 1)
+    return [_shown(chain, text)]
+
+
 def listwise_messages(chains: list[dict]) -> list[dict]:
     """ShiftCheck's listwise question: the chains lettered A, B, ... in order, and "which one is best?" (read
     back by `critique.parse_letter`). The chains of a group answer one question about one image."""

@@ -76,6 +76,7 @@ def test_golden_judging_prompts(fixture_chain):
                  steps=[dict(s, text=t) for s, t in zip(fixture_chain["steps"], texts)])
     check_golden("score", as_text(prompts.score_messages(fixture_chain)))
     check_golden("step_score", as_text(prompts.step_score_messages(fixture_chain, 1)))
+    check_golden("step_check", as_text(prompts.step_check_messages(fixture_chain, 1)))
     check_golden("listwise", as_text(prompts.listwise_messages([fixture_chain, other])))
     check_golden("lookback_questions", as_text(prompts.lookback_question_messages(fixture_chain, 1, 3)))
     check_golden("lookback_answer", as_text(prompts.lookback_answer_messages("What colour is the circle?")))

@@ -17,6 +17,9 @@ tokens, which a model trained from scratch learns far more slowly than the look-
 11); the verdict is still trained and ends each note. The greedy note and a `+` placeholder then stay in the
 context for later steps, as in training.
 
+`StepCheckScorer` reads a model that was never trained as a critic: it asks each step "is this step correct given
+the image?" and reads P(yes), the prompted counterpart of a PRM.
+
 `RewardScorer` reads an outcome reward model (`method: reward`): one scalar per whole chain.
 """
 
@@ -202,6 +205,54 @@ class _ForceVerdict:
             scores[:] = float("-inf")
             scores[:, self.verdicts] = kept
         return scores
+
+
+class StepCheckScorer:
+    """P(step correct) from a general VLM prompted, step by step, "Is step k correct given the image? Answer yes
+    or no." (`prompts.step_check_messages`): the probability of " yes" against " no" as the answer's first token.
+    This is how a user asks a VLM that was never trained as a critic, so it is the prompted baseline of a PRM."""
+
+    ANSWERS = ("yes", "no")
+
+    def __init__(self, model, processor, template=None, batch_size: int = 8):
+        self.model, self.processor, self.batch_size = model.eval(), processor, batch_size
+        tokenizer = processor.tokenizer
+        # the first token of each answer word: enough to tell them apart, whichever way the tokenizer splits words
+        self.answer_ids = [tokenizer.encode(word, add_special_tokens=False)[0] for word in self.ANSWERS]
+        if self.answer_ids[0] == self.answer_ids[1]:
+            raise ValueError("this tokenizer gives 'yes' and 'no' the same first token")
+
+    @classmethod
+    def from_pretrained(cls, path: str, dtype="float32", device: str | None = None, **kwargs) -> "StepCheckScorer":
+        from stepcritic.train.loading import load_critic
+
+        model, processor = load_critic(path, dtype=dtype)
+        if device:
+            model.to(device)
+        return cls(model, processor, **kwargs)
+
+    def score(self, chains: list[dict]) -> list[list[float]]:
+        import torch
+        from trl.data_utils import prepare_multimodal_messages
+
+        asked = [(c, i) for c, chain in enumerate(chains) for i in range(len(chain["steps"]))]
+        p_yes = []
+        device = next(self.model.parameters()).device
+        for start in range(0, len(asked), self.batch_size):
+            part = asked[start:start + self.batch_size]
+            conversations = [prepare_multimodal_messages(prompts.step_check_messages(chains[c], i),
+                                                         images=rgb_images(chains[c])) for c, i in part]
+            inputs = self.processor.apply_chat_template(
+                conversations, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
+                processor_kwargs={"padding": True, "padding_side": "left"}).to(device)
+            with torch.no_grad():
+                logits = self.model(**inputs, logits_to_keep=1).logits[:, -1].float()
+            p_yes.extend(logits[:, self.answer_ids].log_softmax(-1)[:, 0].exp().tolist())
+        out, k = [], 0
+        for chain in chains:
+            out.append(p_yes[k:k + len(chain["steps"])])
+            k += len(chain["steps"])
+        return out
 
 
 class RewardScorer:

@@ -38,6 +38,9 @@ KINDS: dict[str, tuple[str, str]] = {
              "offline vLLM engine (needs the vllm extra and a GPU): vllm:MODEL_DIR"),
     "prm": ("stepcritic.eval.judges.prm:PRMJudge",
             "trained process reward model: prm:MODEL_DIR[,threshold=0.5]"),
+    "step-check": ("stepcritic.eval.judges.step_check:StepCheckJudge",
+                   "a general VLM asked of each step \"is it correct given the image?\", read as P(yes): "
+                   "step-check:MODEL_DIR[,threshold=0.5]"),
     "reward": ("stepcritic.eval.judges.reward:RewardJudge",
                "trained outcome reward model (chain scores only): reward:MODEL_DIR"),
 }
