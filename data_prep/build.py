@@ -94,16 +94,19 @@ class _Counts:
 
     n_in: int = 0
     n_neutral: int = 0
+    n_explained: int = 0  # steps with a reference critique: what an empty critique build's error mentions
     sources: Counter = field(default_factory=Counter)
 
     def add(self, chain: dict) -> None:
         self.n_in += 1
         self.n_neutral += sum(map(labels.is_neutral, chain["steps"]))
+        self.n_explained += sum(bool(s.get("explanations")) for s in chain["steps"])
         self.sources[chain["source"]] += 1
 
     def merge(self, other: _Counts) -> None:
         self.n_in += other.n_in
         self.n_neutral += other.n_neutral
+        self.n_explained += other.n_explained
         self.sources.update(other.sources)
 
 
@@ -429,10 +432,13 @@ def _result(future) -> _Made:
 
 
 def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, tmp: str, step_labels: dict,
-                  mix: dict | None, num_proc: int = 1):
+                  mix: dict | None, num_proc: int = 1, progress: bool = False):
     """Build `kind` batch by batch into one Arrow file per split under `tmp`; memory holds one batch of chains
     and rows (and ids), never the whole input. With `num_proc` > 1 worker processes make the batches' rows, and
-    this process reads the chains and writes the rows, in the same order."""
+    this process reads the chains and writes the rows, in the same order. `progress`: a bar of chains read and
+    rows written, on stderr."""
+    from stepcritic.data_prep.progress import bar
+
     chains = _as_chains_dataset(chains, tmp)
     if len(chains) == 0:
         raise BuildError("no chains to build from")
@@ -451,7 +457,7 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
         writers = {s: RowWriter(os.path.join(tmp, f"{s}.arrow"), columns) for s in SPLITS}
         making = contextlib.nullcontext(maker.rows(records, first) for first, records in batches)
     produced = {s: build_rows._SplitRows() for s in SPLITS}
-    with making as made_batches:
+    with making as made_batches, bar(progress, f"build {kind}", total=len(chains)) as shown:
         for made in made_batches:
             reader.counts.merge(made.counts)
             for s, out in made.splits.items():
@@ -465,11 +471,13 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
                 else:
                     writers[s].extend(out.rows)
                     total.n_rows += len(out.rows)
+            shown.update(reader.counts.n_in - shown.n)
+            shown.set_postfix_str(f"{sum(produced[s].n_rows for s in SPLITS)} rows written", refresh=False)
     assert reader.counts.n_in == len(chains)  # every chain read once
     for s in SPLITS:
         writers[s].close()
     info = {"chains_in": reader.counts.n_in, "sources": reader.counts.sources,
-            "neutral_steps": reader.counts.n_neutral, **split_info}
+            "neutral_steps": reader.counts.n_neutral, "explained_steps": reader.counts.n_explained, **split_info}
     return writers, produced, info
 
 
@@ -510,16 +518,74 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
     return loaded_template, mix
 
 
+def _input_paths(chains, template) -> dict[str, str]:
+    """The files a build reads, for `outputs.check_inputs`: the chains' folders, and a template given as a file."""
+    from datasets import Dataset
+
+    paths = {}
+    if isinstance(chains, Dataset):
+        for i, cache_file in enumerate(chains.cache_files):
+            paths[f"the chains' folder{f' {i + 1}' if i else ''}"] = os.path.dirname(cache_file["filename"])
+    if isinstance(template, str) and os.path.isfile(template):
+        paths["--template"] = template
+    return paths
+
+
+# why a chain gave no row (build_stats.json's `chains_skipped` names), as a build that writes none says it
+SKIP_REASONS = {
+    "unknown_answer_label": "have no verdict on the final answer (answer_correct)",
+    "unknown_step_label": "have a step without a verdict",
+    "neutral_step": "have a neutral step (--neutral skip)",
+    "no_verifier_labels": "have no label a verifier question asks for",
+    "no_note": "have an incorrect step with neither a correction nor a reference critique (--prm-notes)",
+    "unknown_chain_label": "have no chain verdict (chain_correct)",
+    "no_contrast_in_group": "have no chain of the other verdict in their group (the same image and question)",
+    pairs.NO_CORRUPTION: "take no corruption of the mix",
+    pairs.OVER_QUOTA: "are over their corruption's share of the mix",
+}
+
+
+def _nothing_to_write(kind: str, n_chains: int, skipped: Counter, n_explained: int) -> str:
+    """Why a build gave no row at all, and what to build instead: one line."""
+    reasons = ", ".join(f"{n} {SKIP_REASONS.get(reason, reason)}" for reason, n in skipped.most_common())
+    hints = []
+    if kind in ("critique-sft", "critique-pref") and {"unknown_answer_label", "unknown_step_label", "neutral_step"} \
+            & set(skipped):
+        hints.append("no chain has a critique to train on, which needs a verdict on every step and on the final "
+                     "answer" + (" (and no step has a reference critique either)" if not n_explained else ""))
+        if "unknown_answer_label" in skipped:
+            hints.append("--kind prm-sft needs step verdicts only")
+    if "neutral_step" in skipped and "unknown_answer_label" not in skipped:  # else a verdict would not be enough
+        hints.append("--neutral correct or incorrect gives neutral steps a verdict")
+    if kind == "critique-pref" and {pairs.NO_CORRUPTION, pairs.OVER_QUOTA} & set(skipped):
+        hints.append("--pref-mix decides which corruptions apply; --kind critique-sft trains on the chains as they are")
+    if "unknown_step_label" in skipped and kind == "prm-sft":
+        hints.append("--kind verifier-sft asks for whichever labels there are")
+    if "no_note" in skipped:
+        hints.append("without --prm-notes these chains give rows")
+    if kind == "outcome-rm":
+        hints.append("outcome-rm pairs a correct and an incorrect chain of one image and question; --kind prm-sft "
+                     "and verifier-sft learn from chains one at a time")
+    return (f"no {kind} row to write: none of the {n_chains} chains gives one ({reasons})"
+            + (": " + "; ".join(hints) if hints else "") + "; nothing written")
+
+
 def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, seed: int = 0,
                   template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None,
                   neutral: str = "skip", step_targets: str = "hard", prm_notes: bool = False,
-                  verifier_layout: str = "rows", num_proc: int = 1) -> dict:
+                  verifier_layout: str = "rows", num_proc: int = 1, overwrite: bool = True,
+                  allow_empty: bool = True, progress: bool = False) -> dict:
     """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats.
 
     `prm_notes` (prm-sft): each judgement comes after the step as it should read (`prompts.prm_note`).
     `verifier_layout` (verifier-sft): "rows", "task" or "chain" (`build_rows.VERIFIER_LAYOUTS`).
-    `num_proc`: processes that make the rows (above 1, forked workers); the dataset and stats are the same."""
-    from stepcritic.data_prep.card import write_card
+    `num_proc`: processes that make the rows (above 1, forked workers); the dataset and stats are the same.
+
+    The dataset appears at `out_dir` only once complete (`outputs.staged`): a build that fails or is killed leaves
+    what was there. `out_dir` may not be, be inside or contain the chains' folder or the template file; an existing
+    one is replaced, or, `overwrite` False, refused before any chain is read. `allow_empty` False refuses a build
+    that gives no row at all, saying why (`BuildError`), and writes nothing. `progress`: a bar on stderr."""
+    from stepcritic.data_prep import outputs
 
     loaded_template, mix = check_options(kind, test_fraction, template, pref_mix, neutral, step_targets, prm_notes,
                                          verifier_layout, num_proc)
@@ -528,10 +594,25 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
         step_labels["prm_notes"] = prm_notes
     if kind == "verifier-sft":
         step_labels["verifier_layout"] = verifier_layout
-    os.makedirs(out_dir, exist_ok=True)
+    with outputs.staged(out_dir, overwrite, _input_paths(chains, template)) as target:
+        stats = _build_into(chains, kind, target, loaded_template, mix, test_fraction, seed, step_labels, num_proc,
+                            allow_empty, progress)
+    return stats
+
+
+def _build_into(chains, kind: str, out_dir: str, loaded_template, mix: dict | None, test_fraction: float, seed: int,
+                step_labels: dict, num_proc: int, allow_empty: bool, progress: bool) -> dict:
+    """`build_dataset`'s work, writing at `out_dir` (the staged folder)."""
+    from stepcritic.data_prep.card import write_card
+
+    neutral, step_targets = step_labels["neutral"], step_labels["step_targets"]
+    prm_notes, verifier_layout = step_labels.get("prm_notes", False), step_labels.get("verifier_layout", "rows")
     with temp_dir_beside(out_dir, ".build-") as tmp:
         writers, produced, info = _stream_build(chains, kind, loaded_template, test_fraction, seed, tmp, step_labels,
-                                                mix, num_proc)
+                                                mix, num_proc, progress)
+        if not allow_empty and not any(writers[s].n_rows for s in SPLITS):
+            skipped = sum((produced[s].skipped for s in SPLITS), Counter())
+            raise BuildError(_nothing_to_write(kind, info["chains_in"], skipped, info["explained_steps"]))
         save_files({s: writers[s].path for s in SPLITS}, writers[TRAIN].features, out_dir,
                    {s: writers[s].n_rows for s in SPLITS})
 

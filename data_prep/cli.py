@@ -13,6 +13,14 @@ from stepcritic.data_prep.labels import NEUTRAL_POLICIES, SOFT_THRESHOLD, STEP_T
 from stepcritic.data_prep.synth import LEVELS
 
 
+def _output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what --out already holds (only once the new output is complete); without it a "
+                        "non-empty --out is refused")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (there is none when stderr is not a terminal either)")
+
+
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="stepcritic data", description="Build StepCritic datasets.")
     sub = parser.add_subparsers(dest="data_command", metavar="ACTION", required=True)
@@ -28,7 +36,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--image-root", default=None,
                    help="folder image paths are relative to "
                         "(default: the format's convention, e.g. the MiCEval release root)")
-    p.add_argument("--out", required=True, help="output folder for the chains dataset and stats.json")
+    p.add_argument("--out", required=True,
+                   help="output folder for the chains dataset and stats.json (not the input's or the image root's)")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="fail: stop at the first bad record (default); skip: keep going and list every skipped record")
     p.add_argument("--num-proc", type=int, default=1,
@@ -38,6 +47,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                    help="a step with a soft label (a Monte-Carlo score in [0, 1]) and no boolean label is correct when "
                         f"its score is above this (default {SOFT_THRESHOLD}: at least one sampled continuation reached "
                         "the right answer, the labels VisualPRM400K and Math-Shepherd were published with)")
+    _output_options(p)
 
     p = sub.add_parser("synth", help="generate synthetic step-annotated chains (the offline default dataset)",
                        description="Render shape images and write labelled reasoning chains with injected errors.",
@@ -49,6 +59,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                    help="standard: 3-5 shapes per scene, every question kind (default); easy: 1-2 shapes, "
                         "perception questions only (what a from-scratch critic learns on a CPU)")
     p.add_argument("--out", required=True, help="output folder for the chains dataset")
+    _output_options(p)
 
     p = sub.add_parser("build", help="build a training dataset (SFT, preference, reward) from canonical chains",
                        description=f"Build one training dataset kind, split by group_id into {' / '.join(SPLITS)}, "
@@ -59,7 +70,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                               "--out data/critique-sft")
     p.add_argument("--chains", required=True, help="a canonical chains dataset folder (from ingest or synth) or .jsonl")
     p.add_argument("--kind", required=True, choices=BUILD_KINDS)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="output folder for the dataset (not the chains' folder)")
     p.add_argument("--test-fraction", type=float, default=0.1,
                    help="share of groups held out in the 'test' split, which recipes evaluate on (default 0.1)")
     p.add_argument("--seed", type=int, default=0)
@@ -86,6 +97,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--num-proc", type=int, default=1,
                    help="worker processes that check the chains and make and encode the rows (default 1); the "
                         "dataset and build_stats.json are the same for any number")
+    _output_options(p)
     return parser
 
 
@@ -98,13 +110,20 @@ def _summary(stats: dict, keys: tuple[str, ...]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run one data command. Bad input raises a `UserError`, which `stepcritic` prints as one line (exit 2)."""
+    """Run one data command. Bad input raises a `UserError`, which `stepcritic` prints as one line (exit 2).
+
+    No command writes over its input, or over an earlier output without --overwrite, and each writes its output
+    beside --out and renames it there once complete (`outputs.py`)."""
+    import datasets
+
+    datasets.disable_progress_bars()  # theirs count the empty placeholder a save writes first: "0 examples"
+    progress = not args.quiet and sys.stderr.isatty()
     if args.data_command == "ingest":
         from stepcritic.data_prep.ingest import ingest
 
         stats = ingest(args.format, args.input, args.out, args.image_root, args.on_error,
                        log=lambda m: print(m, file=sys.stderr), soft_threshold=args.soft_threshold,
-                       num_proc=args.num_proc)
+                       num_proc=args.num_proc, overwrite=args.overwrite, progress=progress)
         print(f"ingested {_summary(stats, ('n_records', 'n_chains', 'n_steps', 'n_rejected'))} -> {args.out}")
         if "rejected_file" in stats:
             print(f"note: every rejected record is listed in {args.out}/{stats['rejected_file']}")
@@ -126,10 +145,12 @@ def main(args: argparse.Namespace) -> int:
         from stepcritic.data_prep.synth import check_options, synthesize_to_disk
 
         check_options(args.n, args.image_size, args.level)
-        stats = synthesize_to_disk(args.n, args.seed, args.out, image_size=args.image_size, level=args.level)
+        stats = synthesize_to_disk(args.n, args.seed, args.out, image_size=args.image_size, level=args.level,
+                                   overwrite=args.overwrite, progress=progress)
         print(f"synthesised {_summary(stats, SYNTH_SUMMARY)} -> {args.out}")
         return 0
     if args.data_command == "build":
+        from stepcritic.data_prep import outputs
         from stepcritic.data_prep.build import BuildError, build_dataset, check_options
         from stepcritic.data_prep.schema import load_chains
 
@@ -140,8 +161,10 @@ def main(args: argparse.Namespace) -> int:
                        step_targets=args.step_targets, prm_notes=args.prm_notes, verifier_layout=args.verifier_layout,
                        num_proc=args.num_proc)
         check_options(args.kind, args.test_fraction, **options)  # before reading any chain
+        outputs.check_out(args.out, args.overwrite, {"--chains": args.chains, "--template": args.template})
         stats = build_dataset(load_chains(args.chains), args.kind, args.out, test_fraction=args.test_fraction,
-                              seed=args.seed, **options)
+                              seed=args.seed, overwrite=args.overwrite, allow_empty=False, progress=progress,
+                              **options)
         print(f"built {args.kind}: {json.dumps(stats['rows'])} -> {args.out}")
         if stats["chains_skipped"].get("over_mix_quota"):
             print(f"note: {stats['chains_skipped']['over_mix_quota']} chains left out to keep the corruption mix "

@@ -167,13 +167,16 @@ def _converted(fmt: str, adapter, records, ctx: dict, soft_threshold: float, num
 
 
 def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | None = None,
-           on_error: str = "fail", log=print, soft_threshold: float = labels.SOFT_THRESHOLD, num_proc: int = 1) -> dict:
+           on_error: str = "fail", log=print, soft_threshold: float = labels.SOFT_THRESHOLD, num_proc: int = 1,
+           overwrite: bool = True, progress: bool = False) -> dict:
     """Convert `input_path` in format `fmt` into a canonical chains dataset at `out_dir`; return the stats.
 
     Records are read, converted and written to Arrow one at a time (`num_proc` worker processes convert them when
-    above 1), so memory does not grow with the input; the chains are saved under `out_dir` only once every record
-    has been read. Steps with a soft label (a score in [0, 1]) and no boolean are correct when the score is above
-    `soft_threshold`. Rejections are listed in the stats (past `REJECTED_INLINE`, in `rejected.jsonl` as well).
+    above 1), so memory does not grow with the input; the chains folder appears at `out_dir` only once every record
+    has been read and it is complete (`outputs.staged`). `out_dir` may not be, be inside or contain the input or the
+    image root; an existing one is replaced, or, `overwrite` False, refused before anything is read. Steps with a
+    soft label (a score in [0, 1]) and no boolean are correct when the score is above `soft_threshold`. Rejections
+    are listed in the stats (past `REJECTED_INLINE`, in `rejected.jsonl` as well). `progress`: a bar on stderr.
     """
     if fmt not in FORMATS:
         raise IngestError(f"unknown format {fmt!r}; choose one of {sorted(FORMATS)}")
@@ -191,11 +194,23 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
         raise IngestError(f"input file not found: {input_path}")
     adapter = importlib.import_module(FORMATS[fmt])
     ctx = {"image_root": image_root or adapter.default_image_root(input_path), "input": input_path}
+    if out_dir is None:
+        return _ingest(fmt, adapter, ctx, input_path, None, on_error, log, soft_threshold, num_proc, progress)
+    from stepcritic.data_prep import outputs
 
+    # the image root only as given: the default one, the input's folder, may well be where the output goes
+    with outputs.staged(out_dir, overwrite, {"--input": input_path, "--image-root": image_root}) as target:
+        return _ingest(fmt, adapter, ctx, input_path, target, on_error, log, soft_threshold, num_proc, progress)
+
+
+def _ingest(fmt: str, adapter, ctx: dict, input_path: str, out_dir: str | None, on_error: str, log,
+            soft_threshold: float, num_proc: int, progress: bool) -> dict:
     from stepcritic.data_prep.arrow_io import RowWriter, save_files, temp_dir_beside
+    from stepcritic.data_prep.progress import bar, say
     from stepcritic.data_prep.schema import features
 
-    with temp_dir_beside(out_dir or os.path.join(tempfile.gettempdir(), "x"), ".ingest-") as tmp:
+    with (temp_dir_beside(out_dir or os.path.join(tempfile.gettempdir(), "x"), ".ingest-") as tmp,
+          bar(progress, "ingest", unit="records") as shown):
         writer = RowWriter(os.path.join(tmp, "chains.arrow"), features())
         rejected_path = os.path.join(tmp, REJECTED_FILE)
         seen_ids: set[str] = set()
@@ -207,6 +222,9 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
         with open(rejected_path, "w", encoding="utf-8") as rejected_file:
             for where, chain in _converted(fmt, adapter, read_records(input_path), ctx, soft_threshold, num_proc):
                 n_in += 1
+                shown.update()
+                if n_in % 64 == 0:
+                    shown.set_postfix_str(f"{n_in - n_rejected} kept, {n_rejected} rejected", refresh=False)
                 if not isinstance(chain, SchemaError) and chain["chain_id"] in seen_ids:
                     chain = SchemaError(f"duplicate chain_id {chain['chain_id']!r}", where, "chain_id")
                 if isinstance(chain, SchemaError):
@@ -217,7 +235,7 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
                     n_rejected += 1
                     if len(first_rejected) < REJECTED_INLINE:
                         first_rejected.append(entry)
-                    log(f"skipped {chain}")
+                    say(shown, log, f"skipped {chain}")
                     continue
                 seen_ids.add(chain["chain_id"])
                 writer.add(chain)
@@ -248,7 +266,10 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
             stats.update(adapter.check(dataset.remove_columns(["image", "extra_images"])))
         if out_dir:
             if not len(dataset):
-                raise IngestError(f"no valid chains in {input_path} ({n_rejected} rejected); nothing written")
+                first = first_rejected[0]
+                field = f", field {first['field']!r}" if first["field"] else ""
+                raise IngestError(f"no valid chains in {input_path}: {n_in} records read, 0 kept, {n_rejected} "
+                                  f"rejected (the first: {first['where']}{field}: {first['reason']}); nothing written")
             save_files(writer.path, writer.features, out_dir, len(dataset))
             if n_rejected > REJECTED_INLINE:
                 shutil.copyfile(rejected_path, os.path.join(out_dir, REJECTED_FILE))

@@ -771,21 +771,29 @@ STATS_FILE = "stats.json"  # the name ingest uses too
 
 
 def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, chains_per_question: int = 3,
-                       error_rate: float | None = None, level: str = "standard") -> dict:
+                       error_rate: float | None = None, level: str = "standard", overwrite: bool = True,
+                       progress: bool = False) -> dict:
     """Generate, validate and save `n` chains with `schema.save_chains`, with `stats.json` (`label_stats` and
-    the options) and a dataset card (README.md) next to them; returns the stats plus `out_dir`."""
+    the options) and a dataset card (README.md) next to them; returns the stats plus `out_dir`.
+
+    The folder appears at `out_dir` only once complete (`outputs.staged`); an existing one is replaced then, or,
+    `overwrite` False, refused before any chain is made. `progress`: a bar on stderr."""
+    from stepcritic.data_prep import outputs
+    from stepcritic.data_prep.progress import bar
+
     counts = LabelStats()
+    with outputs.staged(out_dir, overwrite) as target, bar(progress, "synth", total=n) as shown:
+        def counted():
+            for chain in iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level):
+                counts.add(chain)
+                shown.update()
+                yield chain
 
-    def counted():
-        for chain in iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level):
-            counts.add(chain)
-            yield chain
-
-    schema.save_chains(counted(), out_dir)  # written as they are made: memory does not grow with n
-    stats = {"generator": "stepcritic.data_prep.synth", "n": n, "seed": seed, "image_size": image_size,
-             "chains_per_question": chains_per_question, "error_rate": error_rate, "level": level,
-             **counts.result()}
-    with open(os.path.join(out_dir, STATS_FILE), "w") as f:
-        json.dump(stats, f, indent=2, sort_keys=True)
-    write_synth_card(stats, os.path.join(out_dir, "README.md"))
+        schema.save_chains(counted(), target)  # written as they are made: memory does not grow with n
+        stats = {"generator": "stepcritic.data_prep.synth", "n": n, "seed": seed, "image_size": image_size,
+                 "chains_per_question": chains_per_question, "error_rate": error_rate, "level": level,
+                 **counts.result()}
+        with open(os.path.join(target, STATS_FILE), "w") as f:
+            json.dump(stats, f, indent=2, sort_keys=True)
+        write_synth_card(stats, os.path.join(target, "README.md"))
     return {"out_dir": out_dir, **stats}

@@ -100,9 +100,11 @@ def test_a_chains_set_without_a_steps_column(tmp_path, capsys, command):
 
 
 def test_a_folder_that_is_no_dataset(tmp_path, capsys):
-    (tmp_path / "notes.txt").write_text("hello")
-    one_line_error(capsys, ["data", "build", "--chains", str(tmp_path), "--kind", "prm-sft", "--out",
-                            str(tmp_path / "o")], f"{tmp_path}: not a chains dataset")
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("hello")
+    one_line_error(capsys, ["data", "build", "--chains", str(folder), "--kind", "prm-sft", "--out",
+                            str(tmp_path / "o")], f"{folder}: not a chains dataset")
 
 
 def test_a_malformed_jsonl_line_names_the_line(tmp_path, capsys):
