@@ -471,8 +471,8 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
                 else:
                     writers[s].extend(out.rows)
                     total.n_rows += len(out.rows)
-            shown.update(reader.counts.n_in - shown.n)
             shown.set_postfix_str(f"{sum(produced[s].n_rows for s in SPLITS)} rows written", refresh=False)
+            shown.update(reader.counts.n_in - shown.n)
     assert reader.counts.n_in == len(chains)  # every chain read once
     for s in SPLITS:
         writers[s].close()

@@ -222,11 +222,11 @@ def _ingest(fmt: str, adapter, ctx: dict, input_path: str, out_dir: str | None, 
         with open(rejected_path, "w", encoding="utf-8") as rejected_file:
             for where, chain in _converted(fmt, adapter, read_records(input_path), ctx, soft_threshold, num_proc):
                 n_in += 1
-                shown.update()
-                if n_in % 64 == 0:
-                    shown.set_postfix_str(f"{n_in - n_rejected} kept, {n_rejected} rejected", refresh=False)
                 if not isinstance(chain, SchemaError) and chain["chain_id"] in seen_ids:
                     chain = SchemaError(f"duplicate chain_id {chain['chain_id']!r}", where, "chain_id")
+                bad = isinstance(chain, SchemaError)
+                shown.set_postfix_str(f"{n_in - n_rejected - bad} kept, {n_rejected + bad} rejected", refresh=False)
+                shown.update()
                 if isinstance(chain, SchemaError):
                     if on_error == "fail":
                         raise IngestError(f"{chain} (use --on-error skip to skip bad records)") from None
