@@ -54,7 +54,8 @@ def run_stage(name: str, argv: list[str], n_chains: int, out: str | None) -> dic
     """Run `stepcritic <argv>` in a child process: its wall time, chains/s, peak RSS and output size."""
     env = {**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "stepcritic", *argv], stdout=subprocess.DEVNULL,
+    # --overwrite: the outputs are the benchmark's own, and a run again with the same --workdir measures again
+    proc = subprocess.Popen([sys.executable, "-m", "stepcritic", *argv, "--overwrite"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=env)
     stderr = proc.stderr.read().decode(errors="replace")
     _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage; wait4 also reaps it
