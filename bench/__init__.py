@@ -7,6 +7,9 @@
     python -m stepcritic.bench.base_probe --model DIR              what a tiny base answers about its scenes
     python -m stepcritic.bench.openai_judge                        API judge throughput against a local fake server
     python -m stepcritic.bench.runner                              `stepcritic eval` wall time and memory, 10k chains
+    python -m stepcritic.bench.gpu_suite --out DIR [--dry]         what only a GPU shows, resumable: real-size MFU and
+                                                                   micro-batch sweeps, ZeRO-2/3 launches, 10k-chain PRM
+                                                                   scoring, the tiny-gpu critic's steps/s
 
 The data stage's benchmark lives with the data stage: `python -m stepcritic.data_prep.bench --n N [N ...]`.
 """

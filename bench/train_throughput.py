@@ -28,7 +28,7 @@ def peak_flops(device_name: str) -> float | None:
     return next((flops for key, flops in PEAK_FLOPS.items() if key in device_name), None)
 
 
-def build_model(recipe, real_size: bool, device="cpu", fused_loss: bool = True):
+def build_model(recipe, real_size: bool, device="cpu", fused_loss: bool = True, liger: bool = False):
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -44,7 +44,12 @@ def build_model(recipe, real_size: bool, device="cpu", fused_loss: bool = True):
         with torch.device(device):  # a real-size random init on the CPU alone takes minutes
             model = AutoModelForImageTextToText.from_config(
                 config, dtype=dtype, attn_implementation=recipe.model_args.attn_implementation)
-    if fused_loss:  # before PEFT wraps it, as TRL's trainers add it
+    if liger:  # liger-kernel's fused linear cross-entropy alone: its other kernels would change more than the loss
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        _apply_liger_kernel_to_instance(model=model, fused_linear_cross_entropy=True, cross_entropy=False, rope=False,
+                                        rms_norm=False, swiglu=False, geglu=False, layer_norm=False)
+    elif fused_loss:  # before PEFT wraps it, as TRL's trainers add it
         from trl.trainer.utils import add_fused_lm_head
 
         add_fused_lm_head(model)
@@ -140,7 +145,8 @@ def train_throughput(recipe, steps: int, real_size: bool, seq_len: int | None, i
         # no DataLoader goes through prepare(), so DeepSpeed cannot infer its "auto" micro-batch size
         accelerator.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = batch_size
     fused = loss == "fused"
-    model = build_model(recipe, real_size, accelerator.device, fused_loss=fused).to(accelerator.device).train()
+    model = build_model(recipe, real_size, accelerator.device, fused_loss=fused,
+                        liger=loss == "liger").to(accelerator.device).train()
     if args.activation_checkpointing:
         model.activation_checkpointing_enable(args.activation_checkpointing_kwargs)
     length = seq_len or getattr(args, "max_length", None) or 1024
@@ -154,7 +160,7 @@ def train_throughput(recipe, steps: int, real_size: bool, seq_len: int | None, i
     def step():
         with accelerator.autocast():
             # fused: TRL's LM head, only labelled positions, in tiles (what SFT/PRM/DPO training runs);
-            # full: (batch, seq, vocab) logits upcast to fp32, transformers' own loss
+            # full: (batch, seq, vocab) logits upcast to fp32, transformers' own loss; liger: its patched forward
             loss_value = (model(**batch, fused_lm_head=True) if fused else model(**batch)).loss
         accelerator.backward(loss_value)
         optimizer.step()
@@ -191,9 +197,10 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image-size", type=int,
                         help="one random image of this side (px) per sample, Qwen2-VL family incl. Qwen3-VL "
                              "(default: text only)")
-    parser.add_argument("--loss", choices=("fused", "full"), default="fused",
+    parser.add_argument("--loss", choices=("fused", "full", "liger"), default="fused",
                         help="fused: TRL's fused LM head over labelled positions only, what the trainers run "
-                             "(default); full: the model's own loss over full fp32 logits (the README's older rows)")
+                             "(default); full: the model's own loss over full fp32 logits (the README's older rows); "
+                             "liger: liger-kernel's fused linear cross-entropy (needs liger-kernel)")
     return parser
 
 
