@@ -7,6 +7,10 @@ option (batch size, device, concurrency) changes neither. Inside, append-only JS
 (`critiques.jsonl`: one line per chain, `picks.jsonl`: one line per ShiftCheck question). The runner
 appends each judgment as soon as the judge hands it over, and every append is flushed and fsynced before it
 returns; a process killed mid-write leaves at most a torn last line, which reload drops.
+
+Only judgments are kept: a chain whose request got no answer (`Critique.failed`) is not written, and an entry an
+older version wrote for such a failure (`valid` false with a request error, which ends "(after N attempts)") is
+read as not judged (`is_judgment`), so the next run asks again.
 """
 
 from __future__ import annotations
@@ -14,6 +18,16 @@ from __future__ import annotations
 import json
 import os
 import re
+
+# how the OpenAI-compatible judge ends the error of a request that got no answer
+_REQUEST_ERROR = re.compile(r"\(after \d+ attempts?\)\s*$")
+
+
+def is_judgment(record: dict | None) -> bool:
+    """Whether a cached critique record is a judgment, not a failed request that older versions cached."""
+    if not record or record.get("failed"):
+        return False
+    return record.get("valid", True) is not False or not _REQUEST_ERROR.search(record.get("error") or "")
 
 
 def judge_cache_dir(out_dir: str, judge_name: str, fingerprint: str) -> str:
@@ -95,6 +109,21 @@ def cached_judges(out_dir: str) -> list[dict]:
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not a judge's folder (or one torn mid-write): nothing to report from it
     return found
+
+
+def saved_sizes(out_dir: str) -> dict[str, int]:
+    """The size of every JSON-lines file under `OUT/cache/`: compared before and after a command, whether it saved
+    anything that a rerun would go on from."""
+    sizes = {}
+    for root, _, files in os.walk(os.path.join(out_dir, "cache")):
+        for name in files:
+            if name.endswith(".jsonl"):
+                path = os.path.join(root, name)
+                try:
+                    sizes[path] = os.path.getsize(path)
+                except OSError:
+                    continue
+    return sizes
 
 
 def write_jsonl_atomic(path: str, records) -> int:

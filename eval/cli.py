@@ -99,6 +99,11 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     rpts.add_argument("--rpts-clues", default="off", choices=CLUE_MATCHERS,
                       help="score conclusions read off the image by agreement with the data's reference clues "
                            "(meta.clues) instead of the judge (default off)")
+    parser.add_argument("--allow-failures", action="store_true",
+                        help="report even when some requests got no answer (connection errors, timeouts, HTTP errors "
+                             "after the retries): the chains and questions they leave unjudged are left out of every "
+                             "judge's metrics and named in the report (default: stop with exit 2; a rerun asks them "
+                             "again)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument("--list-judges", action=ListJudges, help="list the judge kinds and exit")
     return parser
@@ -138,10 +143,12 @@ def main(args: argparse.Namespace) -> int:
         raise EvalError(f"chains not found: {args.chains}")
     settings = rpts_settings(args)
     check_options(args)
+    from stepcritic.eval.cache import saved_sizes
     from stepcritic.eval.judge_matcher import build as build_matcher
-    from stepcritic.eval.runner import build_judge, evaluate
+    from stepcritic.eval.runner import FailedRequests, build_judge, evaluate
 
     judges, builder, corrector, matcher = [], None, None, None
+    before = None  # the cache's files when judging began
     try:
         for spec in args.judges:
             judges.append(build_judge(spec))  # one at a time, so `finally` closes those already built
@@ -159,13 +166,18 @@ def main(args: argparse.Namespace) -> int:
         if args.corrector:
             corrector = build_judge(args.corrector)
         matcher = build_matcher(args.matcher, args.out, not args.no_progress)  # a bad judge: spec fails before judging
+        before = saved_sizes(args.out)
         evaluate(args.chains, judges, args.out, tasks=args.tasks, limit=args.limit, matcher=matcher,
                  progress=not args.no_progress, rpts=settings, tree_builder=builder, corrector=corrector,
                  sweep={"dev_fraction": args.sweep_dev, "seed": args.sweep_seed},
-                 best_of_n={"max_subsets": args.bon_subsets})
+                 best_of_n={"max_subsets": args.bon_subsets}, allow_failures=args.allow_failures)
+    except FailedRequests:
+        raise  # its message says what a rerun does
     except EvalError as e:
-        if os.path.isdir(os.path.join(args.out, "cache")):
-            raise EvalError(f"{e} (finished judgments are kept in the cache: rerun the same command to resume)") from e
+        # only when this command saved something does a rerun go on from further than this one started
+        if before is not None and any(size > before.get(path, 0) for path, size in saved_sizes(args.out).items()):
+            raise EvalError(f"{e} (the judgments finished before the error are saved: rerun the same command to "
+                            "resume)") from e
         raise
     finally:
         for judge in judges + [j for j in (builder, corrector, matcher) if j is not None and hasattr(j, "close")]:

@@ -10,7 +10,9 @@ corrector when the review calls the final answer wrong (else the final answer ag
 the explanation matcher when the critic's explanation mentions the colour. Knobs for tests:
 `latency` (seconds per request), `fail_first` (that many requests per prompt get `fail_status`
 first; with `echo_auth` the error quotes the Authorization header back, as some real APIs do),
-`garbage` (answer text that is not a critique), `hang` (never answer in time). It records every
+`drop_first` (that many requests per prompt have their connection closed with no answer first),
+`fail_matching` (only prompts containing this text fail, hang or are dropped), `garbage` (answer text that is not a
+critique), `hang` (never answer in time). The knobs can be changed between requests. It records every
 request body and header, and the highest number of requests it had in flight at once.
 """
 
@@ -61,9 +63,11 @@ class _Server(ThreadingHTTPServer):
 
 class FakeOpenAIServer:
     def __init__(self, latency: float = 0.0, fail_first: int = 0, fail_status: int = 500,
-                 garbage: str | None = None, hang: bool = False, echo_auth: bool = False):
+                 garbage: str | None = None, hang: bool = False, echo_auth: bool = False, drop_first: int = 0,
+                 fail_matching: str | None = None):
         self.latency, self.fail_first, self.fail_status = latency, fail_first, fail_status
         self.garbage, self.hang, self.echo_auth = garbage, hang, echo_auth
+        self.drop_first, self.fail_matching = drop_first, fail_matching
         self.requests: list[dict] = []   # {"headers": {...}, "body": {...}} of every request received
         self.in_flight = self.max_in_flight = 0
         self._attempts: dict[str, int] = {}
@@ -102,16 +106,20 @@ class FakeOpenAIServer:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            if self.hang:
-                self._stop.wait(30)
-                return
-            time.sleep(self.latency)
             text = " ".join(m["content"] if isinstance(m["content"], str) else
                             " ".join(p.get("text", "") for p in m["content"] if p.get("type") == "text")
                             for m in body["messages"])
+            targeted = self.fail_matching is None or self.fail_matching in text
+            if self.hang and targeted:
+                self._stop.wait(30)
+                return
+            time.sleep(self.latency)
             with self._lock:
                 seen = self._attempts[text] = self._attempts.get(text, 0) + 1
-            if seen <= self.fail_first:
+            if targeted and seen <= self.drop_first:
+                handler.close_connection = True  # hang up without a status line: the client sees the connection cut
+                return
+            if targeted and seen <= self.fail_first:
                 message = f"bad key {handler.headers.get('Authorization')}" if self.echo_auth else "try again later"
                 self._send(handler, self.fail_status, {"error": {"message": message}})
                 return

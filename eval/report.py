@@ -80,6 +80,22 @@ def _judges_line(metrics: dict) -> list[str]:
     return [" ".join(lines), ""] if lines else []
 
 
+def _failed_lines(metrics: dict) -> list[str]:
+    """The chains and questions whose requests got no answer (`--allow-failures`), left out of every judge's metrics."""
+    failed = metrics.get("failed")
+    if not failed:
+        return []
+    chains, questions = failed["left_out_chains"], failed["left_out_questions"]
+    lines = ["## Failed requests", "",
+             f"Requests that got no answer are no judgments: {len(chains)} chains and {len(questions)} ShiftCheck "
+             "questions are left out of every judge's metrics (`--allow-failures`; a rerun asks them again):", ""]
+    for name, f in failed["judges"].items():
+        named = ([f"chains {', '.join(f'`{c}`' for c in f['chains'])}"] if f["chains"] else []) + (
+            [f"ShiftCheck questions {', '.join(f'`{q}`' for q in f['questions'])}"] if f["questions"] else [])
+        lines.append(f"- `{name}`: {'; '.join(named)}; last error: {f['last_error']}")
+    return lines + [""]
+
+
 def _breakdowns(metrics: dict) -> list[str]:
     tasks, matcher, parts = metrics["tasks"], metrics["matcher"], []
     for field, spec in metrics.get("breakdowns", {}).items():
@@ -218,6 +234,7 @@ def render(metrics: dict) -> str:
         f"{metrics['n_chains']} chains, {metrics['n_steps']} steps, {metrics.get('n_questions', '?')} questions; "
         f"tasks: {', '.join(tasks)}.", "",
         *_judges_line(metrics),
+        *_failed_lines(metrics),
         "Scores x100 (BiasRate: CMMU's variance of 0-100 position percentages over failed 4-option groups, "
         "lower is better). Step/answer/explanation F1 take an incorrect step as the positive class (VISCO); "
         f"explanation F1 uses the `{matcher}` matcher. Somers' D compares judge step scores with human step "
@@ -279,13 +296,26 @@ def write_report(metrics: dict, out_dir: str) -> None:
     os.replace(tmp, os.path.join(out_dir, "report.md"))
 
 
+def counts_line(name: str, run: dict) -> str:
+    """What a judge did in this run: chains judged, from the cache, invalid (an answer that could not be read) and
+    failed (no answer: not judged, asked again next run), and failed ShiftCheck questions and verifier answers."""
+    critiques, picks = run.get("critiques"), run.get("picks")
+    parts = []
+    if critiques:
+        parts.append(f"{critiques['judged']} chains judged, {critiques['cached']} from cache, "
+                     f"{critiques['invalid']} invalid, {critiques['failed']} failed")
+    if picks and picks.get("failed"):
+        parts.append(f"{picks['failed']} ShiftCheck questions failed")
+    verifier_failed = sum((c or {}).get("failed", 0) for c in (run.get("verifier") or {}).values())
+    if verifier_failed:
+        parts.append(f"{verifier_failed} verifier answers failed")
+    return f"{name}: " + ", ".join(parts) + ";" if parts else f"{name}:"
+
+
 def summary_line(name: str, result: dict) -> str:
-    """One line per judge for the terminal: its headline metrics."""
+    """One line per judge for the terminal: what it did in this run, then its headline metrics."""
     sec, run = result["overall"], result.get("run", {})
-    parts = [f"{name}:"]
-    counts = run.get("critiques")
-    if counts:
-        parts.append(f"{counts['judged']} chains judged, {counts['cached']} from cache;")
+    parts = [counts_line(name, run)]
     if run.get("earlier_command"):
         parts.append("(from an earlier command's cache)")
     for m in (m for m in T.metrics_for(sec) if m.headline):

@@ -21,8 +21,8 @@ from collections import defaultdict
 
 from stepcritic.errors import UserError
 from stepcritic.eval import tasks as registry
-from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, write_jsonl_atomic
-from stepcritic.eval.judges.base import Critique, Judge, best_index
+from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, is_judgment, write_jsonl_atomic
+from stepcritic.eval.judges.base import Critique, Judge, RequestFailed, best_index
 
 TASKS = tuple(registry.TASKS)
 DEFAULT_TASKS = tuple(name for name, task in registry.TASKS.items() if task.default)
@@ -32,6 +32,10 @@ MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains p
 
 class EvalError(UserError, RuntimeError):
     """Bad input or a failing judge; the message is one line meant for the person running the command."""
+
+
+class FailedRequests(EvalError):
+    """Some requests got no answer: nothing of them was cached, and the message says how to ask them again."""
 
 
 # ----------------------------------------------------------------------------- judges
@@ -107,49 +111,65 @@ def _streamed_rows(dataset, batch_size: int = 64):
         yield from _rows(batch)
 
 
+def is_current(record: dict | None, chain: dict) -> bool:
+    """Whether a cached record is a judgment of this chain as it is now (not of other content, not a failure)."""
+    return is_judgment(record) and record.get("digest") == chain["digest"]
+
+
 def judge_chains(judge: Judge, dataset, gold: list[dict], cache: JudgeCache, progress: bool) -> dict:
-    """Judge the chains missing from the cache. Returns counts of cached and newly judged chains.
+    """Judge the chains missing from the cache. Returns counts: `cached`, `judged` (saved now), `invalid` (of all
+    these chains' judgments, cached or new), `failed`, and `failures` ({chain_id: error}).
 
     Each critique is written (flushed and fsynced) to the cache as soon as `judge.judge_stream` hands it
     over, before the next one is asked for: a killed run loses only the judgments that were not finished.
+    A critique whose requests got no answer (`Critique.failed`) is no judgment: it is not saved, so the next
+    run asks it again.
     """
     from tqdm.auto import tqdm
 
     done = cache.critiques.load()
-    missing = [i for i, g in enumerate(gold)
-               if done.get(g["chain_id"], {}).get("digest") != g["digest"]]
+    missing = [i for i, g in enumerate(gold) if not is_current(done.get(g["chain_id"]), g)]
+    asked = set(missing)
+    n_invalid = sum(done[g["chain_id"]].get("valid") is False for i, g in enumerate(gold) if i not in asked)
     bar = tqdm(total=len(missing), desc=f"{judge.name} critique", unit="chain", disable=not progress,
                file=sys.stderr)
-    saved = [False] * len(missing)
+    handed = [False] * len(missing)
     n_saved = 0
+    failures: dict[str, str] = {}
     stream = judge.judge_stream(_streamed_rows(dataset.select(missing)))
     try:
         while True:
             try:
                 item = next(stream, None)
             except Exception as e:
-                first = next((gold[missing[k]]["chain_id"] for k, s in enumerate(saved) if not s), None)
+                first = next((gold[missing[k]]["chain_id"] for k, h in enumerate(handed) if not h), None)
+                failed = f", {len(failures)} failed" if failures else ""
                 raise EvalError(f"judge {judge.name!r} failed on the chains from {first!r} on ({n_saved} of "
-                                f"{len(missing)} judged and saved): {type(e).__name__}: {e}") from e
+                                f"{len(missing)} judged and saved{failed}): {type(e).__name__}: {e}") from e
             if item is None:
                 break
             index, critique = item
-            if not isinstance(index, int) or not 0 <= index < len(missing) or saved[index]:
+            if not isinstance(index, int) or not 0 <= index < len(missing) or handed[index]:
                 raise EvalError(f"judge {judge.name!r} returned a critique for no chain asked (index {index!r})")
             expected = gold[missing[index]]
             if critique.chain_id != expected["chain_id"] or len(critique.verdicts) != len(expected["steps"]):
                 raise EvalError(f"judge {judge.name!r} returned a critique of the wrong chain or step count "
                                 f"for {expected['chain_id']!r}")
-            cache.critiques.append([dict(critique.to_json(), digest=expected["digest"])])
-            saved[index] = True
-            n_saved += 1
+            handed[index] = True
+            if critique.failed:
+                failures[expected["chain_id"]] = critique.error or "no answer"
+            else:
+                cache.critiques.append([dict(critique.to_json(), digest=expected["digest"])])
+                n_saved += 1
+                n_invalid += not critique.valid
             bar.update(1)
     finally:
         stream.close()
         bar.close()
-    if n_saved != len(missing):
-        raise EvalError(f"judge {judge.name!r} returned {n_saved} critiques for {len(missing)} chains")
-    return {"cached": len(gold) - len(missing), "judged": len(missing)}
+    if not all(handed):
+        raise EvalError(f"judge {judge.name!r} returned {sum(handed)} critiques for {len(missing)} chains")
+    return {"cached": len(gold) - len(missing), "judged": n_saved, "invalid": n_invalid, "failed": len(failures),
+            "failures": failures}
 
 
 # ----------------------------------------------------------------------------- ShiftCheck
@@ -197,20 +217,25 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
     """Ask `judge.pick_best` every shifted question missing from the cache.
 
     With `chain_scores` (chain_id -> the judge's cached chain score, for a judge that `picks_by_chain_score`)
-    each shift is answered from those scores, as `Judge.pick_best` would answer it, without scoring again.
+    each shift is answered from those scores, as `Judge.pick_best` would answer it, without scoring again; a
+    question showing a chain that has no judgment (it failed) is left unanswered. A question whose request got
+    no answer (`RequestFailed`) is not saved: it is in `failures` ({question_id: error}) and asked again next run.
     """
     from tqdm.auto import tqdm
 
     done = cache.picks.load()
     missing = [q for q in questions if done.get(q["question_id"], {}).get("options") != q["options"]]
     if chain_scores is not None:  # nothing to wait for: saved in one write
-        picked = [best_index([chain_scores[cid] for cid in q["options"]]) for q in missing]
+        answerable = [q for q in missing if all(cid in chain_scores for cid in q["options"])]
+        picked = [best_index([chain_scores[cid] for cid in q["options"]]) for q in answerable]
         cache.picks.append([dict(q, prediction=None if k is None else OPTION_LETTERS[k], answered_from="chain_score")
-                            for q, k in zip(missing, picked)])
-        return {"cached": len(questions) - len(missing), "judged": 0, "from_chain_scores": len(missing)}
+                            for q, k in zip(answerable, picked)])
+        return {"cached": len(questions) - len(missing), "judged": 0, "from_chain_scores": len(answerable),
+                "failed": 0, "failures": {}}
     index_of = {cid: i for i, cid in enumerate(dataset["chain_id"])}
     bar = tqdm(total=len(missing), desc=f"{judge.name} shiftcheck", unit="question", disable=not progress,
                file=sys.stderr)
+    failures: dict[str, str] = {}
     chunk_size = max(1, judge.batch_size)  # questions whose chains are read from the dataset together
     for start in range(0, len(missing), chunk_size):
         chunk = missing[start:start + chunk_size]
@@ -219,6 +244,10 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
         for q in chunk:
             try:
                 picked = judge.pick_best([rows[cid] for cid in q["options"]])
+            except RequestFailed as e:
+                failures[q["question_id"]] = str(e)
+                bar.update(1)
+                continue
             except Exception as e:
                 raise EvalError(f"judge {judge.name!r} failed on ShiftCheck question {q['question_id']!r}: "
                                 f"{type(e).__name__}: {e}") from e
@@ -226,7 +255,8 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
             cache.picks.append([dict(q, prediction=letter)])  # saved as soon as it is answered
             bar.update(1)
     bar.close()
-    return {"cached": len(questions) - len(missing), "judged": len(missing)}
+    return {"cached": len(questions) - len(missing), "judged": len(missing) - len(failures),
+            "failed": len(failures), "failures": failures}
 
 
 # ----------------------------------------------------------------------------- the job
@@ -242,31 +272,55 @@ def prediction_record(cached: dict, judge_name: str, fingerprint: str) -> dict:
 
 def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], out_dir: str,
               wants_critiques: bool, progress: bool, wants_verifier: bool = False) -> dict:
-    """Judge what the cache lacks, then read this judge's complete results back from the cache."""
+    """Judge (and ask) what this judge's cache lacks. Returns {"fingerprint", "dir": its cache folder, "run": the
+    counts, "failures": {"chains": {chain_id: error}, "questions": {question_id: error}}}; `read_back` then reads
+    its results for the chains that are reported."""
     from stepcritic.eval import verifier
 
     fingerprint = judge.fingerprint()
     cache = JudgeCache(out_dir, judge.cache_name, fingerprint)
-    result = {"fingerprint": fingerprint, "predictions": [], "picks": [], "verifier": None,
-              "run": {"critiques": None, "picks": None}}
+    run: dict = {"critiques": None, "picks": None}
+    failures: dict = {"chains": {}, "questions": {}}
     try:
         if wants_critiques:
-            result["run"]["critiques"] = judge_chains(judge, dataset, gold, cache, progress)
-            cached = cache.critiques.load()
-            result["predictions"] = [prediction_record(cached[g["chain_id"]], judge.name, fingerprint)
-                                     for g in gold]
+            run["critiques"] = judge_chains(judge, dataset, gold, cache, progress)
+            failures["chains"].update(run["critiques"].pop("failures"))
         if questions:
-            reuse = wants_critiques and judge.picks_by_chain_score()
-            scores = {p["chain_id"]: p["chain_score"] for p in result["predictions"]} if reuse else None
-            result["run"]["picks"] = judge_picks(judge, dataset, questions, cache, progress, scores)
-            cached = cache.picks.load()
-            result["picks"] = [cached[q["question_id"]] for q in questions]
+            scores = None
+            if wants_critiques and judge.picks_by_chain_score():
+                cached = cache.critiques.load()
+                scores = {g["chain_id"]: cached[g["chain_id"]].get("chain_score") for g in gold
+                          if is_current(cached.get(g["chain_id"]), g)}
+            run["picks"] = judge_picks(judge, dataset, questions, cache, progress, scores)
+            failures["questions"].update(run["picks"].pop("failures"))
         if wants_verifier:
-            result["run"]["verifier"] = verifier.ask(judge, dataset, gold, cache.dir, progress)
-            result["verifier"] = verifier.read(cache.dir, gold)
+            run["verifier"] = verifier.ask(judge, dataset, gold, cache.dir, progress)
+            for task, counts in run["verifier"].items():
+                for chain_id, error in (counts.pop("failures") if counts else {}).items():
+                    failures["chains"].setdefault(chain_id, f"verifier {task}: {error}")
     finally:
         cache.close()
-    return result
+    return {"fingerprint": fingerprint, "dir": cache.dir, "run": run, "failures": failures}
+
+
+def read_back(folder: str, name: str, fingerprint: str, gold: list[dict], questions: list[dict],
+              wants_critiques: bool, wants_verifier: bool) -> dict | None:
+    """A judge's results from its cache folder: {"fingerprint", "predictions" (one per gold chain, in order),
+    "picks" (one per question), "verifier" (`verifier.read`)}; None when the cache lacks a current judgment of
+    some chain or question."""
+    from stepcritic.eval import verifier
+
+    critiques = JsonlLog(os.path.join(folder, "critiques.jsonl"), "chain_id").load() if wants_critiques else {}
+    picks = JsonlLog(os.path.join(folder, "picks.jsonl"), "question_id").load() if questions else {}
+    answers = verifier.read(folder, gold) if wants_verifier else None
+    if ((wants_critiques and not all(is_current(critiques.get(g["chain_id"]), g) for g in gold))
+            or any(picks.get(q["question_id"], {}).get("options") != q["options"] for q in questions)
+            or (wants_verifier and answers is None)):
+        return None
+    return {"fingerprint": fingerprint,
+            "predictions": [prediction_record(critiques[g["chain_id"]], name, fingerprint) for g in gold]
+            if wants_critiques else [],
+            "picks": [picks[q["question_id"]] for q in questions], "verifier": answers}
 
 
 def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions: list[dict],
@@ -275,9 +329,7 @@ def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions:
     holds a current judgment of every chain (and ShiftCheck question) asked now. A judge of this command
     supersedes its older caches (same name, another fingerprint); of several older caches of one name the one
     last used counts; with `wants_verifier`, its verifier answers (`verifier.read`) must cover every chain too.
-    Returns (runs as `run_judge` returns them, names left out for an incomplete cache)."""
-    from stepcritic.eval import verifier
-
+    Returns (results as `read_back` gives them, names left out for an incomplete cache)."""
     current = {j.cache_name for j in judges} | {j.name for j in judges}
     latest: dict[str, dict] = {}
     for entry in cached_judges(out_dir):
@@ -285,26 +337,17 @@ def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions:
             latest[entry["judge"]] = entry
     runs, left_out = {}, []
     for name, entry in sorted(latest.items()):
-        folder = entry["dir"]
-        critiques = JsonlLog(os.path.join(folder, "critiques.jsonl"), "chain_id").load() if wants_critiques else {}
-        picks = JsonlLog(os.path.join(folder, "picks.jsonl"), "question_id").load() if questions else {}
-        answers = verifier.read(folder, gold) if wants_verifier else None
-        if (any(critiques.get(g["chain_id"], {}).get("digest") != g["digest"] for g in gold if wants_critiques)
-                or any(picks.get(q["question_id"], {}).get("options") != q["options"] for q in questions)
-                or (wants_verifier and answers is None)):
+        found = read_back(entry["dir"], name, entry["fingerprint"], gold, questions, wants_critiques, wants_verifier)
+        if found is None:
             left_out.append(name)
-            continue
-        runs[name] = {"fingerprint": entry["fingerprint"],
-                      "predictions": [prediction_record(critiques[g["chain_id"]], name, entry["fingerprint"])
-                                      for g in gold] if wants_critiques else [],
-                      "picks": [picks[q["question_id"]] for q in questions], "verifier": answers,
-                      "run": {"critiques": None, "picks": None, "earlier_command": True}}
+        else:
+            runs[name] = dict(found, run={"critiques": None, "picks": None, "earlier_command": True})
     return runs, left_out
 
 
 def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_TASKS, limit: int | None = None,
              matcher="lexical", progress: bool = True, log=print, rpts=None, tree_builder=None, corrector=None,
-             sweep: dict | None = None, best_of_n: dict | None = None) -> dict:
+             sweep: dict | None = None, best_of_n: dict | None = None, allow_failures: bool = False) -> dict:
     """Judge, cache, and write predictions.jsonl, metrics.json, report.md and plots/ under `out_dir`.
 
     `rpts` holds RPTS's settings (`rpts.Settings`, None for the defaults) and `tree_builder` the generative judge
@@ -312,7 +355,12 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_
     "lexical", "embedding", "judge:SPEC" (`judge_matcher.build`) or a matcher object. `corrector` is the generative
     judge of the `correction` task (None: each generative judge corrects its own critiques). `sweep`
     ({"dev_fraction", "seed"}) and `best_of_n` ({"max_subsets", "seed"}) override those tasks' defaults.
+
+    Requests that got no answer (`eval/failures.py`) stop the job with `FailedRequests` once every judge has run,
+    before any result is written; with `allow_failures` the chains and questions they leave unjudged are left out
+    of every judge's metrics and named in the report.
     """
+    from stepcritic.eval import failures as failed
     from stepcritic.eval import report, results
 
     unknown = set(tasks) - set(TASKS)
@@ -352,7 +400,27 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_
         raise EvalError("a tree builder or an RPTS scorer only serves RPTS: add --tasks rpts")
     runs = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
                                   wants_critiques, progress, wants_verifier) for judge in judges}
+    failures = {name: run.pop("failures") for name, run in runs.items()}
+    if failed.any_failed(failures) and not allow_failures:
+        for name, run in runs.items():
+            log(report.counts_line(name, run["run"]))
+        raise FailedRequests(failed.message(failures, len(gold), len(questions)))
+    failed_section = failed.summary(failures, gold, questions) if failed.any_failed(failures) else None
+    n_chains, n_questions = len(gold), len(questions)
+    gold, positions, questions = failed.keep(gold, questions, failures)
+    if not gold:
+        raise FailedRequests(f"no chain is left to report, every one failed for some judge: "
+                             f"{failed.message(failures, n_chains, n_questions, allowed=True)}")
+    for name, run in runs.items():
+        found = read_back(run.pop("dir"), name, run["fingerprint"], gold, questions, wants_critiques, wants_verifier)
+        if found is None:
+            raise EvalError(f"judge {name!r}: its cache lacks judgments this command saved; was {out_dir} changed "
+                            "during the run?")
+        run.update(found)
     earlier, left_out = earlier_runs(out_dir, judges, gold, questions, wants_critiques, wants_verifier)
+    if left_out:
+        log(f"left out of the report: {', '.join(left_out)} (from earlier commands into {out_dir}; their cache lacks "
+            "some of these chains or questions)")
     runs.update(earlier)
     write_jsonl_atomic(os.path.join(out_dir, "predictions.jsonl"),
                        (p for run in runs.values() for p in run["predictions"]))
@@ -361,8 +429,8 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_
         from stepcritic.eval import correction
 
         decoded = decoded if decoded is not None else load_dataset(chains_path, True, limit)  # correctors see it
-        corrections = correction.run(gold, runs, {j.name: j for j in judges}, corrector, decoded.__getitem__,
-                                     out_dir, progress)
+        corrections = correction.run(gold, runs, {j.name: j for j in judges}, corrector,
+                                     lambda i: decoded[positions[i]], out_dir, progress)
     from stepcritic.eval.judge_matcher import build as build_matcher
 
     match = build_matcher(matcher, out_dir, progress) if isinstance(matcher, str) else matcher
@@ -377,6 +445,7 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_
     for name, result in runs.items():
         metrics["judges"][name].update(run=result["run"], fingerprint=result["fingerprint"])
     metrics["earlier_judges"] = {"included": sorted(earlier), "left_out": left_out}
+    metrics["failed"] = failed_section
     if rpts_block is not None:
         metrics["rpts"] = rpts_block
     if hasattr(match, "requests"):

@@ -76,7 +76,8 @@ def _task_file(folder: str, task: str, fingerprint: str) -> str:
 
 def ask(judge, dataset, gold: list[dict], folder: str, progress: bool) -> dict:
     """Ask `judge` (through `judge.verifier(task)`) every task on the chains its cache in `folder` (the judge's
-    cache folder) lacks. Returns, per task, the counts of `runner.judge_chains` (None for a task it cannot answer)."""
+    cache folder) lacks. Returns, per task, the counts of `runner.judge_chains` (None for a task it cannot answer),
+    whose `failures` are the chains left unanswered (no reply came back: not saved, asked again next run)."""
     from stepcritic.eval.cache import write_json_atomic
     from stepcritic.eval.runner import judge_chains
 
@@ -102,7 +103,7 @@ def read(folder: str, gold: list[dict]) -> dict | None:
     answer the task}. A record is {"labels": the label read per step (the chain-level task: a one-item list), None
     where nothing was asked or the reply was unreadable}. None when the folder lacks a current answer of any
     chain (never asked, or asked about other chains)."""
-    from stepcritic.eval.cache import JsonlLog
+    from stepcritic.eval.cache import JsonlLog, is_judgment
 
     try:
         with open(os.path.join(folder, "verifier", INDEX)) as f:
@@ -117,7 +118,8 @@ def read(folder: str, gold: list[dict]) -> dict | None:
             answers[task] = None
             continue
         cached = JsonlLog(_task_file(folder, task, index[task]), "chain_id").load()
-        if any(cached.get(c["chain_id"], {}).get("digest") != c["digest"] for c in gold):
+        if any(not is_judgment(cached.get(c["chain_id"])) or cached[c["chain_id"]].get("digest") != c["digest"]
+               for c in gold):
             return None
         answers[task] = [{"labels": (cached[c["chain_id"]].get("extra") or {}).get("labels")} for c in gold]
     return answers

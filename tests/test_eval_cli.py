@@ -11,7 +11,7 @@ import pytest
 from stepcritic import cli as stepcritic_cli
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import cli
-from stepcritic.eval.judges.base import Judge
+from stepcritic.eval.judges.base import Critique, Judge
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -85,12 +85,43 @@ def test_unimportable_python_judge_fails_with_a_clear_message(chains_dir, tmp_pa
     assert "cannot import 'no_such_module.Judge'" in capsys.readouterr().err
 
 
-def test_unreachable_endpoint_fails_with_the_cause_and_a_resume_hint(chains_dir, tmp_path, capsys):
+class DyingJudge(Judge):
+    """Judges one chain at a time and goes away after the second."""
+
+    kind = "test-dying"
+    needs_images = False
+    batch_size = 1
+    calls = 0
+
+    def judge_batch(self, chains):
+        DyingJudge.calls += 1
+        if DyingJudge.calls > 2:
+            raise ConnectionError("http://127.0.0.1:9/v1 went away")
+        return [Critique(c["chain_id"], [True] * len(c["steps"])) for c in chains]
+
+
+def test_an_error_before_anything_was_saved_gives_no_resume_hint(chains_dir, tmp_path, capsys):
+    """Nothing was judged, so rerunning would resume nothing: the error names the cause and a true count only."""
     argv = ["--chains", chains_dir, "--judge", "py:test_eval_cli.UnreachableJudge", "--out", str(tmp_path / "o"),
             "--no-progress"]
-    assert run_main(argv) != 0
+    assert run_main(argv) == 2
     err = capsys.readouterr().err
-    assert "refused the connection" in err and "rerun the same command to resume" in err
+    assert "refused the connection" in err and "(0 of 4 judged and saved)" in err
+    assert "rerun" not in err
+    assert run_main(argv) == 2  # an earlier command's cache folder makes no difference
+    assert "rerun" not in capsys.readouterr().err
+
+
+def test_an_error_after_some_judgments_were_saved_says_a_rerun_resumes(chains_dir, tmp_path, capsys):
+    DyingJudge.calls = 0
+    argv = ["--chains", chains_dir, "--judge", "py:test_eval_cli.DyingJudge", "--out", str(tmp_path / "o"),
+            "--no-progress", "--tasks", "critique"]
+    assert run_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "went away" in err and "(2 of 4 judged and saved)" in err and "rerun the same command to resume" in err
+    DyingJudge.calls = -10
+    assert run_main(argv) == 0
+    assert "DyingJudge: 2 chains judged, 2 from cache, 0 invalid, 0 failed;" in capsys.readouterr().out
 
 
 def test_limit_judges_only_the_first_chains(chains_dir, tmp_path, capsys):

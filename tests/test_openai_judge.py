@@ -72,14 +72,14 @@ def test_unreachable_endpoint_is_a_clear_error():
     with socket.socket() as s:  # a port that nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    judge = make_judge(f"openai:m,base_url=http://127.0.0.1:{port}/v1,max_retries=1,backoff=0.01")
+    judge = make_judge(f"openai:m,base_url=http://127.0.0.1:{port}/v1,max_retries=1,backoff=0.01,concurrency=2")
     with pytest.raises(EndpointUnavailable, match=rf"none of 2 requests to http://127.0.0.1:{port}/v1"):
         judge.judge_batch(chains(2))
 
 
 def test_timeouts_count_as_failures():
     with FakeOpenAIServer(hang=True) as server:
-        judge = judge_for(server, timeout=0.3, max_retries=0)
+        judge = judge_for(server, timeout=0.3, max_retries=0, concurrency=1)
         with pytest.raises(EndpointUnavailable, match="timed out"):
             judge.judge_batch(chains(2)[:1])
 
@@ -94,7 +94,7 @@ def test_api_key_never_leaks(monkeypatch, caplog, capsys):
         produced += [c.to_json() for c in judge.judge_batch(chains(2))]
         server.fail_first, server.fail_status = 100, 401  # every error body now quotes the key back
         produced += [c.to_json() for c in judge.judge_batch([dict(chains(2)[0], chain_id="x", question="q2?")])]
-        fresh = judge_for(server, api_key_env="STEPCRITIC_TEST_KEY")
+        fresh = judge_for(server, api_key_env="STEPCRITIC_TEST_KEY", concurrency=1)
         with pytest.raises(EndpointUnavailable) as failure:
             fresh.judge_batch([dict(chains(2)[0], chain_id="y", question="q3?")])
     assert server.requests[0]["headers"]["Authorization"] == f"Bearer {key}"  # the key is really used
@@ -194,13 +194,37 @@ def test_stream_hands_over_chains_with_nothing_to_ask():
     assert all(streamed[index].extra["n_outputs"] == 1 for index in (1, 3, 5))
 
 
-def test_streams_with_fewer_requests_than_concurrency_on_an_unreachable_endpoint_are_a_clear_error():
+def test_fewer_requests_than_concurrency_that_all_fail_are_failures_not_an_unusable_endpoint():
+    """With nothing left to ask, a few failed requests say nothing about the endpoint: they come back as failed
+    chains (not judgments), so that a rerun of the few chains a server keeps failing on can still be reported
+    without them."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     judge = make_judge(f"openai:m,base_url=http://127.0.0.1:{port}/v1,max_retries=0,concurrency=8")
-    with pytest.raises(EndpointUnavailable, match="none of 3 requests"):
-        list(judge.judge_stream(chains(2)[:1] * 3))
+    streamed = [critique for _, critique in judge.judge_stream(chains(2)[:1] * 3)]
+    assert len(streamed) == 3 and all(c.failed and not c.valid and "Connection refused" in c.error for c in streamed)
     prompts = [judge.critique_prompt(c) for c in chains(2)]
-    with pytest.raises(EndpointUnavailable, match="none of 2 requests"):
-        list(judge.generate_stream(iter(prompts)))
+    assert all(reply.error for _, reply in judge.generate_stream(iter(prompts)))
+    fresh = make_judge(f"openai:m,base_url=http://127.0.0.1:{port}/v1,max_retries=0,concurrency=8")
+    with pytest.raises(EndpointUnavailable, match="none of 8 requests"):  # eight failures, with more to ask
+        list(fresh.judge_stream(chains(2) * 10))
+
+
+def test_a_failed_request_marks_its_chain_failed_and_an_unreadable_answer_does_not():
+    with FakeOpenAIServer(fail_first=100, fail_matching="Final answer: blue") as server:
+        critiques = judge_for(server, max_retries=0).judge_batch(chains(2))
+        server.fail_first, server.garbage = 0, "Looks fine to me!"
+        unreadable = judge_for(server).judge_batch(chains(2)[:1])
+    assert [c.failed for c in critiques] == [False, True]
+    assert critiques[1].valid is False and "HTTP 500" in critiques[1].error
+    assert unreadable[0].failed is False and unreadable[0].valid is False
+    assert "failed" not in critiques[0].to_json() and critiques[1].to_json()["failed"] is True
+
+
+@pytest.mark.parametrize("mode", ["step-score", "verifier"])
+def test_one_unanswered_prompt_of_several_leaves_the_chain_failed(mode):
+    with FakeOpenAIServer(fail_first=100, fail_matching="Step 2: The circle is red.\n") as server:
+        judge = judge_for(server, max_retries=0, mode=mode, task="step_type")
+        (critique,) = judge.judge_batch(chains(2)[:1])
+    assert critique.failed and "HTTP 500" in critique.error

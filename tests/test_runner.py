@@ -91,7 +91,8 @@ def test_baseline_judges_give_one_prediction_per_chain_and_expected_scores(chain
     assert always["shiftcheck"]["position_distribution_by_n_options"][2] == {"A": 100.0, "B": 0.0}
     random_run = metrics["judges"]["random,rate=0.3,seed=0"]["overall"]
     assert random_run["critique"]["step"]["n"] == 36
-    assert metrics["judges"]["always-correct"]["run"]["critiques"] == {"cached": 0, "judged": 12}
+    assert metrics["judges"]["always-correct"]["run"]["critiques"] == {"cached": 0, "judged": 12, "invalid": 0,
+                                                                       "failed": 0}
 
 
 def test_resume_after_a_crash_judges_only_the_missing_chains(chains_dir, tmp_path):

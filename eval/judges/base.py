@@ -25,13 +25,25 @@ class Critique:
     valid: bool = True                # whether the raw output parsed into a verdict for every step
     error: str | None = None
     extra: dict = field(default_factory=dict)
+    # No answer came back for a request of this chain (refused, timed out, an HTTP error after the retries): then
+    # nothing was judged, so the runner does not cache it and the next run asks again. An answer that cannot be
+    # read is a judgment (valid=False), not a failure.
+    failed: bool = False
 
     def to_json(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if not out["failed"]:  # only failures carry the flag, so cached judgments read as they always have
+            del out["failed"]
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Critique":
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+
+
+class RequestFailed(RuntimeError):
+    """A request got no answer (refused, timed out, an HTTP error after the retries), so nothing was judged: the
+    runner leaves the question unanswered and uncached, and the next run asks it again."""
 
 
 class Judge:

@@ -2,8 +2,8 @@
 
 A backend implements only `generate(prompts) -> list[Reply]`. This class turns chains into prompts for
 the chosen mode, reads the replies back into Critiques (unreadable output becomes `valid=False` with the
-raw text kept, never an exception), runs LookBack when asked and answers the listwise ShiftCheck
-question. Modes:
+raw text kept, never an exception; a prompt that got no answer at all marks its chain `failed`, which is no
+judgment), runs LookBack when asked and answers the listwise ShiftCheck question. Modes:
 
 - `critique` (default): the step-by-step JSON critique of `data_prep.prompts.critique_messages`.
 - `verifier`: MiCEval's single-label tasks (`task=...`), one prompt per step the task applies to.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from stepcritic.data_prep.critique import SCORE_SCALE, parse_critique, parse_label, parse_letter, parse_score
 from stepcritic.data_prep.schema import chain_images
-from stepcritic.eval.judges.base import Critique, Judge
+from stepcritic.eval.judges.base import Critique, Judge, RequestFailed
 
 MODES = ("critique", "verifier", "score", "step-score")
 STRATEGIES = ("direct", "lookback")
@@ -85,7 +85,7 @@ def with_appended_text(prompt: Prompt, text: str) -> Prompt:
 def critique_from_reply(chain: dict, reply: Reply) -> Critique:
     n = len(chain["steps"])
     if reply.error:
-        return Critique(chain["chain_id"], [None] * n, raw=reply.text, valid=False, error=reply.error)
+        return Critique(chain["chain_id"], [None] * n, raw=reply.text, valid=False, error=reply.error, failed=True)
     parsed = parse_critique(reply.text, n)
     judged = [v for v in parsed.verdicts if v is not None]
     return Critique(chain["chain_id"], parsed.verdicts, explanations=parsed.explanations,
@@ -215,7 +215,10 @@ class GenerativeJudge(Judge):
         """One chain's Critique from the replies to its `prompts_for(chain)`, in the same order."""
         read = {"critique": self._read_critique, "verifier": self._read_verifier, "score": self._read_score,
                 "step-score": self._read_step_scores}[self.mode]
-        return read(chain, replies)
+        critique = read(chain, replies)
+        # one unanswered prompt of several (a step's score, a verifier question) leaves the chain unjudged too
+        critique.failed = any(r.error for r in replies)
+        return critique
 
     def _read_critique(self, chain: dict, replies: list[Reply]) -> Critique:
         return critique_from_reply(chain, replies[0])
@@ -281,10 +284,13 @@ class GenerativeJudge(Judge):
         return judge
 
     def pick_best(self, chains: list[dict]) -> int | None:
-        """Listwise choice: show all chains, lettered, and ask which one is best (None if unreadable)."""
+        """Listwise choice: show all chains, lettered, and ask which one is best (None if unreadable; `RequestFailed`
+        when no answer came back)."""
         if not 1 <= len(chains) <= 26:
             raise ValueError(f"pick_best takes 1 to 26 chains, got {len(chains)}")
         from stepcritic.data_prep.prompts import listwise_messages
 
         (reply,) = self.generate([chain_prompt(listwise_messages(chains), chains[0])])
-        return None if reply.error else parse_letter(reply.text, len(chains))
+        if reply.error:
+            raise RequestFailed(reply.error)
+        return parse_letter(reply.text, len(chains))

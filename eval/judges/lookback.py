@@ -9,8 +9,9 @@ before it critiques (VISCO, Section 5 and Appendix D, Algorithm 1):
 4. Critique: the ordinary critique prompt for (q, chain, answer), followed by the questions and their answers.
 
 There is no first critique: an earlier version fed one into the final prompt, which the paper's algorithm does not.
-Every phase is one `generate` call over all chains of the batch, so API judges run it concurrently. A chain whose
-final request fails is invalid; a failed question or answer request only loses that check.
+Every phase is one `generate` call over all chains of the batch, so API judges run it concurrently. A chain any of
+whose requests got no answer is `failed` (not a judgment, asked again by the next run): a lost question or answer
+would change what the final critique is shown.
 Because of these rounds, LookBack judges (and the runner saves) a whole batch at a time: `Judge.judge_stream`'s
 batch-level default, not the OpenAI judge's per-judgment stream. A killed LookBack run can repeat up to one batch.
 """
@@ -31,7 +32,9 @@ def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Criti
     asks = [(i, chain_prompt(prompts.lookback_question_messages(chain, k, judge.max_questions), chain))
             for i, chain in enumerate(chains) for k in range(len(chain["steps"]))]
     questions: list[list[str]] = [[] for _ in chains]
+    lost: list[str | None] = [None] * len(chains)  # the first request error of each chain
     for (i, _), reply in zip(asks, judge.generate([p for _, p in asks])):
+        lost[i] = lost[i] or reply.error
         questions[i] += parse_questions(reply.text)[:judge.max_questions]
     for i, chain in enumerate(chains):
         questions[i].append(chain["question"])
@@ -42,6 +45,7 @@ def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Criti
                               for i, q in pending])
     checks: list[list[dict]] = [[] for _ in chains]
     for (i, q), reply in zip(pending, answers):
+        lost[i] = lost[i] or reply.error
         if not reply.error and reply.text and reply.text.strip():
             checks[i].append({"question": q, "answer": reply.text.strip()})
 
@@ -52,6 +56,8 @@ def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Criti
     critiques = []
     for i, chain in enumerate(chains):
         critique = critique_from_reply(chain, finals[i])
+        if lost[i] and not critique.failed:
+            critique.failed, critique.valid, critique.error = True, False, lost[i]
         critique.extra["lookback"] = {"checks": checks[i]}
         critiques.append(critique)
     return critiques

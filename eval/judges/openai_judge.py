@@ -1,10 +1,11 @@
 """A judge behind any OpenAI-compatible chat endpoint (GPT-4o, or a local vLLM / SGLang server).
 
 Plain HTTP from the standard library with a thread pool: `concurrency` requests in flight, each retried
-with exponential backoff and jitter on 429, 5xx and connection errors. A request that still fails makes
-its chain invalid (with the error) instead of stopping the run; only when every request of the first
-call (the first `concurrency` requests of a stream) fails is the endpoint treated as unusable and
-`EndpointUnavailable` raised.
+with exponential backoff and jitter on 429, 5xx and connection errors. A request that still fails marks its
+chain `failed` (with the error): no judgment, which the runner does not cache and asks again on the next run,
+instead of stopping the run. Only when `concurrency` requests have failed before any answer came, and more are
+left to ask, is the endpoint treated as unusable and `EndpointUnavailable` raised: asking the rest would only
+repeat the failure. A few requests that all fail while nothing else is left are failures like any other.
 
 `judge_stream`, which the runner uses, keeps the pool full across the whole dataset: a new chain's
 requests go out as soon as an earlier chain's critique has been handed over (and saved), never more than
@@ -42,8 +43,8 @@ K = TypeVar("K")
 
 
 class EndpointUnavailable(RuntimeError):
-    """The first requests all failed (the first batch, or the first `concurrency` of a stream, or every one when
-    fewer were sent) before any answer came: wrong URL, server down, or a bad key."""
+    """`concurrency` requests failed before any answer came, with more left to ask: wrong URL, server down, or a
+    bad key."""
 
 
 class _Secret:
@@ -104,13 +105,17 @@ class OpenAIJudge(GenerativeJudge):
         self._key = _Secret(os.environ.get(api_key_env))
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai-judge")
         self._reached = False  # has the endpoint answered at least once?
+        self._unanswered = 0  # requests failed before it did
 
     def generate(self, prompts: list[Prompt]) -> list[Reply]:
         replies = list(self._pool.map(self._request, prompts))
         if replies and not self._reached:
-            if all(r.error for r in replies):
-                raise self._unavailable(len(replies), replies[-1].error)
-            self._reached = True
+            if any(r.error is None for r in replies):
+                self._reached = True
+            else:
+                self._unanswered += len(replies)
+                if self._unanswered >= self.concurrency:  # a caller of `generate` may always ask more
+                    raise self._unavailable(self._unanswered, replies[-1].error)
         return replies
 
     def _unavailable(self, n_failed: int, last_error: str | None) -> EndpointUnavailable:
@@ -153,15 +158,15 @@ class OpenAIJudge(GenerativeJudge):
         finished: queue.SimpleQueue = queue.SimpleQueue()  # (group, position, future) as each request is done
         open_groups: dict[int, tuple[K, list]] = {}  # group -> (key, its replies so far), until handed over
         unsent: collections.deque = collections.deque()  # (group, position, prompt) left of the newest group
-        unsaved = sent = failed = 0
-        more = True
+        unsaved = 0
+        more, ahead = True, None  # `ahead`: a group read to learn whether any is left, not yet sent
         while True:
             # Prompts go out one by one, so the pool stays full even when the next chain would not fit whole. A
             # group that is alone goes out whole even past `concurrency`: only it could free a slot, and only
             # once it is all answered.
             while more and (unsaved < self.concurrency or (unsent and len(open_groups) == 1)):
                 if not unsent:
-                    item = next(groups, None)
+                    item, ahead = (ahead, None) if ahead is not None else (next(groups, None), None)
                     if item is None:
                         more = False
                         break
@@ -175,7 +180,6 @@ class OpenAIJudge(GenerativeJudge):
                 future = self._pool.submit(self._request, prompt)
                 future.add_done_callback(lambda f, group=group, k=k: finished.put((group, k, f)))
                 unsaved += 1
-                sent += 1
             if not open_groups:
                 return
             group, k, future = finished.get()
@@ -184,9 +188,13 @@ class OpenAIJudge(GenerativeJudge):
                 if reply.error is None:
                     self._reached = True
                 else:
-                    failed += 1
-                    if failed >= self.concurrency or (not more and failed == sent):
-                        raise self._unavailable(failed, reply.error)
+                    self._unanswered += 1
+                    if self._unanswered >= self.concurrency:
+                        if more and not unsent and ahead is None:
+                            ahead = next(groups, None)
+                            more = ahead is not None
+                        if unsent or more:
+                            raise self._unavailable(self._unanswered, reply.error)
             key, replies = open_groups[group]
             replies[k] = reply
             if all(r is not None for r in replies):

@@ -90,7 +90,8 @@ class RPTSScorerJudge(Judge):
                                 chain_score=sum(known) / len(known) if known else None,
                                 raw=json.dumps(raws[i], ensure_ascii=False), valid=n_invalid == 0, error=error,
                                 extra={"step_scores": scores[i], "n_outputs": asked[i], "n_invalid": n_invalid,
-                                       "tree": (self.trees.get(chain["chain_id"]) or {}).get("source")}))
+                                       "tree": (self.trees.get(chain["chain_id"]) or {}).get("source")},
+                                failed=bool(failed[i])))
         return out
 
     def close(self) -> None:
