@@ -89,6 +89,8 @@ def check_out(out_dir: str, overwrite: bool = False, inputs: dict[str, str | Non
 
 
 def _alive(pid: int) -> bool:
+    if os.name == "nt":  # signal 0 is CTRL_C_EVENT there: never send it; leave the folder
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
