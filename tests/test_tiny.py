@@ -195,9 +195,12 @@ def test_vision_pretraining_teaches_every_cell_and_leaves_the_language_model_alo
     model, processor = load_critic(tiny[1])  # a fresh copy: the fixture's model is shared
     language = {k: v.clone() for k, v in model.get_decoder().state_dict().items()}
     tower_before = [p.clone() for p in model.parameters() if p.dim() == 4][0]  # the patch embedding
-    result = pretrain_vision(model, processor, steps=40, seed=0)
-    # chance is 0.2 / 0.2 / 0.33 per cell (or the empty-cell rate): a random tower gets nowhere near 0.9
-    assert min(result["accuracy"].values()) >= 0.9, result
+    # chance is 0.2 / 0.2 / 0.33 per cell (or the empty-cell rate) and 1/3 for the row and the column: a random
+    # tower gets nowhere near 0.9. Rows and columns take the longest (the position embeddings start near zero: the
+    # shipped base's 400 steps end at 1.0 for both), so 300 steps only have to be well above chance there.
+    result = pretrain_vision(model, processor, steps=300, seed=0)
+    accuracy = result["accuracy"]
+    assert min(accuracy[k] for k in ("shape", "colour", "size")) >= 0.9 and min(accuracy["row"], accuracy["column"]) >= 0.6, result
     assert all(torch.equal(v, model.get_decoder().state_dict()[k]) for k, v in language.items())
     assert not torch.equal(tower_before, [p for p in model.parameters() if p.dim() == 4][0])
 

@@ -110,6 +110,13 @@ class StepCriticArgs:
                           "about rendered scenes (never critic labels), after the vision tower's; 0: a random "
                           "language model. Only with tiny_model."},
     )
+    tiny_pretrained_base: bool = field(
+        default=False,
+        metadata={"help": "Start the tiny critic from the pretrained base shipped with the package "
+                          "(stepcritic/train/tiny_base: reads colours, cells, counts and relations off its scenes) "
+                          "instead of building one; the tiny_*_pretrain_steps keys are then unused. Only with "
+                          "tiny_model and the llava small size."},
+    )
     max_train_minutes: float | None = field(
         default=None,
         metadata={"help": "Stop training after this many minutes of wall time (the model is saved as usual); "
@@ -121,6 +128,9 @@ class StepCriticArgs:
     model_card: bool = field(default=True, metadata={"help": "Write a model card (README.md) into output_dir."})
 
     def __post_init__(self):
+        if self.tiny_pretrained_base and (self.tiny_model_arch, self.tiny_model_size) != ("llava", "small"):
+            raise ValueError("tiny_pretrained_base is a llava model of the small size: set tiny_model_arch: llava "
+                             "and tiny_model_size: small, or tiny_pretrained_base: false")
         allowed = DATASET_KINDS[self.method]
         if self.dataset_kind is None:
             self.dataset_kind = allowed[0]
@@ -191,6 +201,10 @@ class Recipe:
 
     def model_path(self) -> str:
         """The checkpoint to train: `model_name_or_path`, or the cached offline tiny critic when `tiny_model`."""
+        if self.script_args.tiny_model and self.script_args.tiny_pretrained_base:
+            from stepcritic.train.shipped_base import base_path
+
+            return base_path()
         if self.script_args.tiny_model:
             from stepcritic.train.tiny_cache import tiny_critic_path
 

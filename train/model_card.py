@@ -78,9 +78,14 @@ def write_model_card(recipe, output_dir: str, metrics: dict, trainable: int, tot
     import yaml
 
     args = recipe.script_args
-    base = (f"StepCritic tiny critic (random init, offline; vision tower pre-trained {args.tiny_vision_pretrain_steps} "
-            f"steps, language model {args.tiny_base_pretrain_steps} steps on rendered scenes)") if args.tiny_model \
-        else recipe.model_args.model_name_or_path
+    if args.tiny_model and args.tiny_pretrained_base:
+        base = f"StepCritic tiny base, pretrained on rendered scenes ({recipe.model_path()})"
+    elif args.tiny_model:
+        base = (f"StepCritic tiny critic (random init, offline; vision tower pre-trained "
+                f"{args.tiny_vision_pretrain_steps} steps, language model {args.tiny_base_pretrain_steps} steps on "
+                "rendered scenes)")
+    else:
+        base = recipe.model_args.model_name_or_path
     data = data_summary or {}
     data_lines = [f"- path: `{args.dataset_path}` (kind `{args.dataset_kind}`)"]
     for key in ("rows", "chains", "sources", "label_balance", "template"):

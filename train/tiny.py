@@ -122,6 +122,21 @@ def _idefics3(tokenizer, image_size: int, patch_size: int, size: str):
     return config, processor
 
 
+def build_config(arch: str = "llava", size: str = "small", image_size: int = 96, patch_size: int | None = None,
+                 vocab_size: int = 1024):
+    """(config, processor) of a tiny critic, tokenizer trained offline; no weights."""
+    builders = {"llava": _llava, "idefics3": _idefics3}
+    if arch not in builders:
+        raise ValueError(f"unknown tiny arch {arch!r}; choose one of {ARCHS}")
+    if size not in MODEL_SIZES:
+        raise ValueError(f"unknown tiny size {size!r}; choose one of {sorted(MODEL_SIZES)}")
+    patch_size = patch_size or DEFAULT_PATCH_SIZE[arch]
+    if image_size % patch_size:
+        raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
+    specials = [PAD_TOKEN, TURN_START, TURN_END, IMAGE_TOKEN] + (list(IDEFICS3_TOKENS) if arch == "idefics3" else [])
+    return builders[arch](train_tokenizer(vocab_size, specials), image_size, patch_size, size)
+
+
 def build_tiny_critic(
     out_dir: str | os.PathLike,
     arch: str = "llava",
@@ -145,18 +160,8 @@ def build_tiny_critic(
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
-    builders = {"llava": _llava, "idefics3": _idefics3}
-    if arch not in builders:
-        raise ValueError(f"unknown tiny arch {arch!r}; choose one of {ARCHS}")
-    if size not in MODEL_SIZES:
-        raise ValueError(f"unknown tiny size {size!r}; choose one of {sorted(MODEL_SIZES)}")
-    patch_size = patch_size or DEFAULT_PATCH_SIZE[arch]
-    if image_size % patch_size:
-        raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
-    specials = [PAD_TOKEN, TURN_START, TURN_END, IMAGE_TOKEN] + (list(IDEFICS3_TOKENS) if arch == "idefics3" else [])
-    tokenizer = train_tokenizer(vocab_size, specials)
-    config, processor = builders[arch](tokenizer, image_size, patch_size, size)
-
+    config, processor = build_config(arch, size, image_size, patch_size, vocab_size)
+    tokenizer = processor.tokenizer
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config)
     # The medium size is built on a GPU when there is one; the small one on the CPU, so that the demo's cached

@@ -1,0 +1,77 @@
+"""The tiny base's pre-training run: resuming from a checkpoint gives the weights an uninterrupted run gives, the
+curriculum grows scenes as planned, and no scene of the demo's held-out chains is ever drawn."""
+
+import json
+import random
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("private_tiny_cache")
+
+
+@pytest.fixture(scope="module")
+def fresh(private_tiny_cache):
+    from stepcritic.train.tiny_cache import tiny_critic_path
+
+    return tiny_critic_path(vision_pretrain_steps=2)
+
+
+def _run(path, steps, checkpoint_dir=None, max_seconds=None):
+    from stepcritic.train.base_pretrain import pretrain_base
+    from stepcritic.train.loading import load_critic
+
+    model, processor = load_critic(path)
+    result = pretrain_base(model, processor, steps, batch_size=2, log_every=1, checkpoint_dir=checkpoint_dir,
+                           max_seconds=max_seconds, save_every=100)
+    return model, result
+
+
+def test_a_stopped_run_resumes_to_the_same_weights(fresh, tmp_path):
+    straight, _ = _run(fresh, 4)
+    _, stopped = _run(fresh, 4, checkpoint_dir=str(tmp_path), max_seconds=0.0)  # stops after its first step
+    assert stopped["steps"] == 1 and (tmp_path / "checkpoint.pt").is_file()
+    resumed, result = _run(fresh, 4, checkpoint_dir=str(tmp_path))
+    assert result["steps"] == 4 and [h["step"] for h in result["history"]] == [1, 2, 3, 4]
+    theirs = resumed.state_dict()
+    for name, value in straight.state_dict().items():
+        assert (value - theirs[name]).abs().max() < 1e-6, name
+
+
+def test_the_curriculum_grows_scenes_then_holds():
+    from stepcritic.train.base_pretrain import max_items_at
+
+    sizes = [max_items_at(s, 1000) for s in range(1000)]
+    assert sizes[0] == 2 and sizes[-1] == 6 and sizes == sorted(sizes)
+    assert max_items_at(299, 1000) <= 6 and max_items_at(300, 1000) == 6
+
+
+def test_excluded_scenes_are_never_drawn(fresh, monkeypatch):
+    from transformers import AutoProcessor
+
+    from stepcritic.data_prep import scene_qa
+    from stepcritic.train.base_pretrain import SceneConversations, max_items_at, scene_key
+
+    def scenes(step, n):  # the scenes batch `step` would draw without exclusions
+        rng = random.Random(f"stepcritic-base/0/{step}")
+        return [scene_key(scene_qa.conversation(rng, 6, 96, max_items=max_items_at(step, 1000), with_items=True)[2])
+                for _ in range(n)]
+    first = scenes(0, 3)
+    drawn, real = [], scene_qa.conversation
+
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        drawn.append(scene_key(out[2]))
+        return out
+    monkeypatch.setattr(scene_qa, "conversation", recording)
+    source = SceneConversations(AutoProcessor.from_pretrained(fresh), 0, 96, exclude=frozenset(first))
+    source.batch(0, 3, steps=1000)
+    assert drawn[:3] == first and len(drawn) == 6  # the excluded scenes came up and were passed over
+
+
+def test_the_demo_held_out_scenes_are_excluded():
+    from stepcritic.data_prep.synth import synthesize
+    from stepcritic.train.base_pretrain import excluded_scenes, scene_key
+
+    excluded = excluded_scenes(n=30)
+    for chain in synthesize(30, seed=1000):
+        assert scene_key(json.loads(chain["meta"])["scene"]) in excluded

@@ -1,0 +1,87 @@
+"""The shipped tiny base's model card: how it was made and what it can read off a picture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KIND_NAMES = {
+    "colour": "colour of a named shape", "where": "cell of a named object", "what_at": "what is at a named cell",
+    "count_shape": "count of a kind of shape", "count_colour": "count of a colour", "exists": "is there a <shape>",
+    "relation": "left of / right of / above / below (yes/no)", "bigger": "bigger than (yes/no)",
+    "is_colour": "is the <shape> <colour> (yes/no)", "is_at": "is the <object> at <cell> (yes/no)",
+    "is_count": "are there <k> <shapes> (yes/no)", "sum": "total of two kinds of shape",
+    "more": "more <colour> than <colour> shapes (yes/no)",
+}
+TARGET = 0.90
+
+
+def probe_table(probe: dict) -> list[str]:
+    rows = ["| question kind | accuracy | target |", "|---|---|---|"]
+    for kind, accuracy in probe.items():
+        rows.append(f"| {KIND_NAMES.get(kind, kind)} (`{kind}`) | {accuracy:.3f} | "
+                    f"{'met' if accuracy >= TARGET else 'not met'} (>= {TARGET}) |")
+    return rows
+
+
+def write_card(folder: Path, record: dict, meta: dict) -> Path:
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        parameters = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())
+    size_mb = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6
+    s = record["settings"]
+    command = (f"python -m stepcritic.train.base_pretrain --out RUN --steps {s['steps']} --batch-size "
+               f"{s['batch_size']} --vision-steps {s['vision_steps']} --learning-rate {s['learning_rate']} "
+               f"--seed {s['seed']} --threads {s['threads']}")
+    hours = record["seconds"] / 3600
+    lines = [
+        "# StepCritic tiny base",
+        "",
+        "The pretrained base of the offline tiny critic: a LLaVA (SigLIP vision tower, Qwen2 language model, "
+        f"{parameters:,} parameters, {size_mb:.1f} MB in all) that answers questions about rendered scenes of "
+        "flat shapes on a 3x3 grid. `recipes/tiny/*` and `stepcritic demo` fine-tune it into critics; "
+        "prompted as it is, it is the demo's prompted judge.",
+        "",
+        "## How it was made",
+        "",
+        f"- command: `{command}`, then `python -m stepcritic.train.shipped_base --from RUN`",
+        f"- commit: `{meta.get('commit') or 'unknown'}`",
+        f"- steps: vision tower {s['vision_steps']} (each image token classified into its cell's shape, colour, "
+        f"size, row and column), then {record['steps']} of vision-language pre-training, batch {s['batch_size']} "
+        f"scenes x 6 questions, AdamW lr {s['learning_rate']} (warm-up, cosine to 10%), vision tower frozen",
+        f"- wall time: {hours:.2f} h of vision-language pre-training on {meta['hardware']}",
+        f"- seeds: {s['seed']} (model init and the scenes: step k draws from its own RNG seeded by (seed, k))",
+        "- data mix: a fresh rendered scene per conversation (1 to 2 shapes at first, up to 6 after 30% of the "
+        "steps), a caption of every cell in 30% of conversations, then 6 questions drawn uniformly from the 13 "
+        "kinds below (yes/no questions true half of the time). No reasoning chain, step or correctness label, and "
+        "no scene of the demo's held-out chains (`base_pretrain.excluded_scenes`).",
+        f"- fingerprint of its config and tokenizer: `{meta['fingerprint']}` (`python -m "
+        "stepcritic.train.shipped_base --check` compares it with the code)",
+        "",
+        "## Probe",
+        "",
+        "`python -m stepcritic.bench.base_probe --model stepcritic/train/tiny_base --per-question 96`: each kind of "
+        "question asked alone with a fresh scene of 1 to 6 shapes (no caption first); an answer counts when every "
+        "token is the model's first choice.",
+        "",
+        *probe_table(record["probe"]),
+        "",
+        "## Training curve",
+        "",
+        "| step | loss | probe mean | probe min |",
+        "|---|---|---|---|",
+        *[f"| {h['step']} | {h['loss']:.3f} | {sum(h['probe'].values()) / len(h['probe']):.3f} | "
+          f"{min(h['probe'].values()):.3f} |" for h in record["history"] if "probe" in h],
+        "",
+    ]
+    path = folder / "README.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
