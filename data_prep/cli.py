@@ -116,7 +116,8 @@ def main(args: argparse.Namespace) -> int:
     beside --out and renames it there once complete (`outputs.py`)."""
     import datasets
 
-    datasets.disable_progress_bars()  # theirs count the empty placeholder a save writes first: "0 examples"
+    # the command's own bar replaces theirs, which count the empty placeholder a save writes first ("0 examples")
+    datasets.disable_progress_bars()
     progress = not args.quiet and sys.stderr.isatty()
     if args.data_command == "ingest":
         from stepcritic.data_prep.ingest import ingest
