@@ -1,4 +1,4 @@
-"""Benchmark of the data stage at scale (issue 14): chains/s and peak memory of every stage, for one or more N.
+"""Benchmark of the data stage at scale: chains/s and peak memory of every stage, for one or more N.
 
     python -m stepcritic.data_prep.bench --n 20000 200000 [--kinds KIND ...] [--workdir DIR] [--json FILE]
 

@@ -1,4 +1,4 @@
-"""`data build --num-proc N` (issue 14): worker processes make and encode the rows, and the dataset, its Arrow files
+"""`data build --num-proc N`: worker processes make and encode the rows, and the dataset, its Arrow files
 byte for byte, and build_stats.json are those of a build in one process; a bad value or a bad chain is one line and
 exit code 2, as in one process."""
 

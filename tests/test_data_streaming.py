@@ -1,4 +1,4 @@
-"""Streamed data stage (issue 14 items 1-2): ingest, synth and build write Arrow as they go and give the rows and
+"""Streamed data stage: ingest, synth and build write Arrow as they go and give the rows and
 counts a whole-split, in-memory computation gives; the accounting stays exact; verifier-sft's conversation layouts
 ask the same questions with the image stored once per conversation."""
 
