@@ -41,11 +41,19 @@ class FailedRequests(EvalError):
 # ----------------------------------------------------------------------------- judges
 
 def build_judge(spec: str) -> Judge:
-    """A judge from its spec (`judges.registry`: every kind, and `py:` for users' own Judge subclasses)."""
+    """A judge from its spec (`judges.registry`: every kind, and `py:` for users' own Judge subclasses), its model
+    folder checked before anything is loaded (`artifacts.check_model_folders`)."""
+    from stepcritic.eval.judges.artifacts import check_model_folders
     from stepcritic.eval.judges.registry import make_judge
 
     try:
-        return make_judge(spec)
+        judge = make_judge(spec)
+        try:
+            check_model_folders(judge)
+        except ValueError:
+            judge.close()
+            raise
+        return judge
     except (ValueError, KeyError, TypeError, UserError) as e:
         message = str(e)  # the registry's own messages already name the spec
         raise EvalError(message if message.startswith("judge spec") else f"judge spec {spec!r}: {message}") from None
