@@ -57,6 +57,40 @@ def test_list_judges_needs_no_other_option(capsys):
     assert "random" in capsys.readouterr().out
 
 
+def test_list_judges_shows_every_option_and_mode_the_registry_accepts(capsys):
+    """The listing is generated from the judge classes, so a mode or option added to one cannot be left out."""
+    from stepcritic.eval.judges.generative import MODES, STRATEGIES
+    from stepcritic.eval.judges.registry import GENERIC_OPTIONS, KINDS, WRAPPERS, judge_class
+
+    with pytest.raises(SystemExit):
+        cli.make_parser().parse_args(["--list-judges"])
+    blocks, kind = {}, None
+    for line in capsys.readouterr().out.splitlines():
+        if not line.startswith(" "):
+            kind = line.split()[0]
+        blocks[kind] = blocks.get(kind, "") + line.strip()
+    assert set(blocks) == set(KINDS) | {"py"}
+    for kind in set(KINDS) - WRAPPERS:
+        for option in {**judge_class(kind).OPTIONS, **GENERIC_OPTIONS}:
+            assert f"{option}=" in blocks[kind], (kind, option)
+    for kind in ("hf", "openai", "vllm"):
+        assert f"mode={'|'.join(MODES)} (critique)" in blocks[kind] and "step-score" in blocks[kind]
+        assert f"strategy={'|'.join(STRATEGIES)}" in blocks[kind]
+    assert "aggregate=min|mean|prod (min)" in blocks["prm"]
+
+
+def test_reusing_an_output_folder_for_other_chains_names_the_judges_left_out(chains_dir, tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert run_main(["--chains", chains_dir, "--judge", "majority", "--out", out, "--no-progress"]) == 0
+    other = str(tmp_path / "other")
+    save_chains([validate_chain(dict(c, question="Which shape is it?")) for c in helpers.chains(4)], other)
+    capsys.readouterr()
+    assert run_main(["--chains", other, "--judge", "always-correct", "--out", out, "--no-progress"]) == 0
+    left = [line for line in capsys.readouterr().out.splitlines() if line.startswith("left out of the report")]
+    assert left == [f"left out of the report: majority (from earlier commands into {out}; their cache lacks some "
+                    "of these chains or questions)"]
+
+
 def test_make_parser_fills_a_given_subparser():
     import argparse
 

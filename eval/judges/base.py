@@ -83,6 +83,11 @@ class Judge:
                           sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    @classmethod
+    def option_choices(cls) -> dict[str, tuple]:
+        """The values an option of `OPTIONS` takes, for options that take few (a mode): `--list-judges` shows them."""
+        return {}
+
     def fingerprint_extra(self) -> dict:
         """Subclasses add what the spec does not show (prompt template text, model weights hash...)."""
         return {}

@@ -131,6 +131,12 @@ class GenerativeJudge(Judge):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec!r})"
 
+    @classmethod
+    def option_choices(cls) -> dict[str, tuple]:
+        from stepcritic.data_prep.prompts import VERIFIER_TASKS
+
+        return {"mode": MODES, "strategy": STRATEGIES, "task": tuple(VERIFIER_TASKS)}
+
     def generate(self, prompts: list[Prompt]) -> list[Reply]:
         raise NotImplementedError
 

@@ -33,6 +33,10 @@ class PRMJudge(ScoredJudge):
         super().__init__(spec, target=target, threshold=threshold, aggregate=aggregate, **options)
         self.threshold, self.aggregate = threshold, aggregate
 
+    @classmethod
+    def option_choices(cls) -> dict[str, tuple]:
+        return {"aggregate": tuple(AGGREGATES)}
+
     def scorer_class(self):
         from stepcritic.train.scoring import PRMScorer
 

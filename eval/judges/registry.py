@@ -25,28 +25,28 @@ KINDS: dict[str, tuple[str, str]] = {
     "always-correct": ("stepcritic.eval.judges.baselines:AlwaysCorrectJudge",
                        "baseline: every step and the answer judged correct"),
     "random": ("stepcritic.eval.judges.baselines:RandomJudge",
-               "baseline: each step flagged incorrect with probability rate (rate=0.5, seed=0)"),
+               "baseline: each step flagged incorrect with probability rate"),
     "majority": ("stepcritic.eval.judges.baselines:MajorityJudge",
-                 "baseline: the majority step class (prior=share of incorrect steps; default: correct)"),
+                 "baseline: the majority step class (prior: the share of incorrect steps; default: correct)"),
     "text-only": ("stepcritic.eval.judges.baselines:TextOnlyJudge",
                   "ablation: text-only:INNER_SPEC runs INNER_SPEC on blank images of the same size"),
     "hf": ("stepcritic.eval.judges.hf:HFJudge",
-           "local transformers VLM or LoRA adapter: hf:MODEL_DIR[,mode=critique|verifier|score,task=...]"),
+           "local transformers VLM or LoRA adapter: hf:MODEL_DIR"),
     "openai": ("stepcritic.eval.judges.openai_judge:OpenAIJudge",
-               "OpenAI-compatible chat API: openai:MODEL[,base_url=...,api_key_env=...,concurrency=8]"),
+               "OpenAI-compatible chat API: openai:MODEL"),
     "vllm": ("stepcritic.eval.judges.vllm_judge:VLLMJudge",
              "offline vLLM engine (needs the vllm extra and a GPU): vllm:MODEL_DIR"),
     "prm": ("stepcritic.eval.judges.prm:PRMJudge",
-            "trained process reward model: prm:MODEL_DIR[,threshold=0.5]"),
+            "trained process reward model: prm:MODEL_DIR"),
     "step-check": ("stepcritic.eval.judges.step_check:StepCheckJudge",
                    "a general VLM asked of each step \"is it correct given the image?\", read as P(yes): "
-                   "step-check:MODEL_DIR[,threshold=0.5]"),
+                   "step-check:MODEL_DIR"),
     "reward": ("stepcritic.eval.judges.reward:RewardJudge",
                "trained outcome reward model (chain scores only): reward:MODEL_DIR"),
 }
 WRAPPERS = {"text-only"}  # kinds whose target is a whole inner spec
 PYTHON = "py"  # the kind whose target is a Judge subclass to import: users' (and the tests') own judges
-PYTHON_HELP = "any Judge subclass importable from PYTHONPATH: py:package.module.Class[,key=value...]"
+PYTHON_HELP = "any Judge subclass importable from PYTHONPATH: py:package.module.Class[,key=value...] (its own options)"
 GENERIC_OPTIONS = {"blank_image": bool}  # accepted by every kind, handled here
 
 
@@ -194,8 +194,55 @@ def make_judge(spec):
     return judge_class(js.kind, js.target)(canonical, **options)
 
 
+def option_usage(cls) -> list[str]:
+    """Every option the registry accepts for a judge class (`OPTIONS` and the generic ones), as `name=VALUE`: the
+    values it takes where they are few (`Judge.option_choices`), else its default, else its type."""
+    import inspect
+
+    defaults = {}
+    for klass in reversed(cls.__mro__):
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            defaults.update({p.name: p.default for p in inspect.signature(init).parameters.values()
+                             if p.default is not inspect.Parameter.empty and p.default is not None})
+    defaults.pop("batch_size", None)  # kinds choose their own at build time (an API judge: 4 x concurrency)
+    choices = cls.option_choices() if hasattr(cls, "option_choices") else {}
+    usage = []
+    for name, kind in {**own_options(cls), **GENERIC_OPTIONS}.items():
+        if name in choices:
+            default = f" ({defaults[name]})" if name in defaults else ""
+            usage.append(f"{name}={'|'.join(choices[name])}{default}")
+        elif name in defaults or kind is bool:
+            usage.append(f"{name}={_format(defaults.get(name, False))}")
+        else:
+            usage.append(f"{name}={kind.__name__.upper()}")
+    return usage
+
+
+def own_options(cls) -> dict:
+    return dict(getattr(cls, "OPTIONS", None) or {})
+
+
 def describe_kinds() -> str:
-    """One line per kind, for `stepcritic eval --list-judges`."""
+    """Every kind with what it is, and every option the registry accepts for it, for `stepcritic eval --list-judges`.
+    Listing imports each kind's class (no model, no heavy library)."""
     helps = {**{kind: help_text for kind, (_, help_text) in KINDS.items()}, PYTHON: PYTHON_HELP}
     width = max(map(len, helps))
-    return "\n".join(f"{kind:<{width}}  {help_text}" for kind, help_text in helps.items())
+    lines = []
+    for kind, help_text in helps.items():
+        lines.append(f"{kind:<{width}}  {help_text}")
+        if kind in WRAPPERS or kind == PYTHON:
+            continue
+        try:
+            usage = option_usage(judge_class(kind))
+        except ValueError as e:  # an optional kind that cannot be imported here
+            usage = [f"(options not listed: {e})"]
+        indent, line = " " * (width + 4), ""
+        for piece in re.split(r"(?<=\|)|(?<=, )", ", ".join(usage)):  # lines break after a comma or a "|"
+            if line and len(indent + line + piece.rstrip()) > 116:
+                lines.append(indent + line.rstrip())
+                line = ""
+            line += piece
+        if line:
+            lines.append(indent + line)
+    return "\n".join(lines)
