@@ -64,7 +64,7 @@ def ask(judge, jobs: list[tuple[str, Callable]], log: JsonlLog, what: str, progr
     errors: dict[str, str] = {}
     bar = tqdm(total=len(todo), desc=f"{judge.name} {what}", unit="prompt", disable=not progress, file=sys.stderr)
     stream = _replies(judge, (make() for _, make in todo))
-    n_done = 0
+    n_saved = 0
     try:
         while True:
             try:
@@ -72,8 +72,9 @@ def ask(judge, jobs: list[tuple[str, Callable]], log: JsonlLog, what: str, progr
             except EvalError:
                 raise
             except Exception as e:
-                raise EvalError(f"{what}: judge {judge.name!r} failed after {n_done} of {len(todo)} prompts (the "
-                                f"answers so far are saved): {type(e).__name__}: {e}") from e
+                failed = f", {len(errors)} failed" if errors else ""
+                raise EvalError(f"{what}: judge {judge.name!r} failed after {n_saved} of {len(todo)} prompts answered "
+                                f"and saved{failed}: {type(e).__name__}: {e}") from e
             if item is None:
                 break
             index, reply = item
@@ -82,7 +83,7 @@ def ask(judge, jobs: list[tuple[str, Callable]], log: JsonlLog, what: str, progr
                 errors[key] = reply.error
             else:
                 log.append([{"key": key, "text": reply.text or "", **(record(key) if record else {})}])
-            n_done += 1
+                n_saved += 1
             bar.update(1)
     finally:
         close = getattr(stream, "close", None)

@@ -192,3 +192,19 @@ def test_failed_shiftcheck_questions_are_not_cached_and_their_group_is_left_out(
     assert metrics["failed"]["judges"][name_of(spec)]["questions"] == ["g1#1"]
     assert metrics["failed"]["left_out_questions"] == ["g1#0", "g1#1"]
     assert metrics["judges"][name_of(spec)]["overall"]["shiftcheck"]["n_groups"] == 1
+
+
+def test_unanswered_verifier_questions_fail_their_chain_and_only_they_are_asked_again(chains_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    with FakeOpenAIServer(fail_first=100, fail_matching=TARGET) as server:
+        spec = judge_spec(server, max_retries=0)
+        assert run(chains_dir, out, spec, tasks=("verifier",)) == 2
+        failed_prompts = sum(TARGET in text for text in server.prompt_texts())
+        assert failed_prompts >= 2  # several of the nine tasks apply to the failing chain
+        err = capsys.readouterr().err
+        assert f"1 of 4 chains failed ({TARGET_ID})" in err and "last error: verifier " in err
+        asked = len(server.requests)
+        server.fail_first = 0
+        assert run(chains_dir, out, spec, tasks=("verifier",)) == 0
+        assert len(server.requests) == asked + failed_prompts
+        assert all(TARGET in text for text in server.prompt_texts()[asked:])
