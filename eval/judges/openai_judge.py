@@ -3,9 +3,9 @@
 Plain HTTP from the standard library with a thread pool: `concurrency` requests in flight, each retried
 with exponential backoff and jitter on 429, 5xx and connection errors. A request that still fails marks its
 chain `failed` (with the error): no judgment, which the runner does not cache and asks again on the next run,
-instead of stopping the run. Only when `concurrency` requests have failed before any answer came, and more are
-left to ask, is the endpoint treated as unusable and `EndpointUnavailable` raised: asking the rest would only
-repeat the failure. A few requests that all fail while nothing else is left are failures like any other.
+instead of stopping the run. Only when `concurrency` requests have failed before any answer came (in a stream:
+and more are left to ask) is the endpoint treated as unusable and `EndpointUnavailable` raised: asking the rest
+would only repeat the failure. A few requests that all fail while nothing else is left are failures like any other.
 
 `judge_stream`, which the runner uses, keeps the pool full across the whole dataset: a new chain's
 requests go out as soon as an earlier chain's critique has been handed over (and saved), never more than
@@ -143,8 +143,8 @@ class OpenAIJudge(GenerativeJudge):
     def generate_stream(self, prompts: Iterable[Prompt]) -> Iterator[tuple[int, Reply]]:
         """`(index, reply)` as each request is answered, the pool kept full: a new prompt goes out as soon as an
         earlier reply has been handed over (and saved), never more than `concurrency` unsaved at once, so a kill
-        costs at most `concurrency` requests. As in `judge_stream`, `concurrency` failures before any answer (or
-        every request, when fewer are asked) mean the endpoint is unusable."""
+        costs at most `concurrency` requests. As in `judge_stream`, `concurrency` failures before any answer, with more
+        prompts left, mean the endpoint is unusable."""
         for index, (reply,) in self._answered((index, [prompt]) for index, prompt in enumerate(prompts)):
             yield index, reply
 
