@@ -35,7 +35,7 @@ def trainer_for(root, **overrides):
 
 @pytest.mark.parametrize("arch", ["llava", "idefics3"])
 def test_a_packed_batch_has_the_padded_batchs_loss(prm_data, arch):
-    trainer, model, train_data = trainer_for(prm_data, tiny_model_arch=arch)
+    trainer, model, train_data = trainer_for(prm_data, tiny_model_arch=arch, tiny_pretrained_base=arch == "llava")
     rows = [dict(train_data[i]) for i in range(len(train_data))]
     padded = trainer.data_collator(rows)
     assert not (padded["attention_mask"].all())  # the rows differ in length, so there is padding to drop

@@ -131,6 +131,10 @@ class StepCriticArgs:
         if self.tiny_pretrained_base and (self.tiny_model_arch, self.tiny_model_size) != ("llava", "small"):
             raise ValueError("tiny_pretrained_base is a llava model of the small size: set tiny_model_arch: llava "
                              "and tiny_model_size: small, or tiny_pretrained_base: false")
+        if self.tiny_pretrained_base and (self.tiny_vision_pretrain_steps or self.tiny_base_pretrain_steps):
+            raise ValueError("tiny_vision_pretrain_steps and tiny_base_pretrain_steps build a base on the spot; with "
+                             "tiny_pretrained_base: true the shipped base is used instead: set them to 0 or "
+                             "tiny_pretrained_base: false")
         allowed = DATASET_KINDS[self.method]
         if self.dataset_kind is None:
             self.dataset_kind = allowed[0]

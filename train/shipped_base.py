@@ -41,13 +41,17 @@ def fingerprint(arch: str = "llava", size: str = "small", image_size: int = 96, 
 
 
 def _digest(config, processor) -> str:
-    # what saving and loading add (the class name, the dtype, the folder) is not part of the design
-    described = {k: v for k, v in config.to_dict().items()
-                 if k not in ("transformers_version", "architectures", "dtype", "_name_or_path")}
+    described = _design(config.to_dict())
     tokenizer = processor.tokenizer
     parts = [json.dumps(described, sort_keys=True, default=str), tokenizer.backend_tokenizer.to_str(),
              processor.chat_template or ""]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _design(config: dict) -> dict:
+    """A config without what saving and loading add (the class name, the dtype, the folder, the version)."""
+    return {k: _design(v) if isinstance(v, dict) else v for k, v in config.items()
+            if k not in ("transformers_version", "architectures", "dtype", "_name_or_path")}
 
 
 def folder_fingerprint(path: str | os.PathLike) -> str:
