@@ -49,7 +49,8 @@ def write_card(folder: Path, record: dict, meta: dict) -> Path:
         f"- command: `{command}`, then `python -m stepcritic.train.shipped_base --from RUN`",
         f"- commit: `{meta.get('commit') or 'unknown'}`",
         f"- steps: vision tower {s['vision_steps']} (each image token classified into its cell's shape, colour, "
-        f"size, row and column), then {record['steps']}{partial} of vision-language pre-training, batch {s['batch_size']} "
+        f"size, row and column), then {record['steps']}{partial} of vision-language pre-training, batch "
+        f"{s['batch_size']} "
         f"scenes x 6 questions, AdamW lr {s['learning_rate']} (warm-up, cosine to 10%), vision tower frozen",
         f"- wall time: {hours:.2f} h of vision-language pre-training on {meta['hardware']}",
         f"- seeds: {s['seed']} (model init and the scenes: step k draws from its own RNG seeded by (seed, k))",

@@ -116,9 +116,11 @@ def install(run_dir: str, commit: str | None = None) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stepcritic.train.shipped_base", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcritic.train.shipped_base",
+                                     description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--from", dest="run_dir", help="a finished `python -m stepcritic.train.base_pretrain` run folder")
+    group.add_argument("--from", dest="run_dir",
+                       help="a finished `python -m stepcritic.train.base_pretrain` run folder")
     group.add_argument("--check", action="store_true", help="exit 1 with one line when the shipped base is stale")
     parser.add_argument("--commit", help="the commit the run was made with (recorded in the card)")
     args = parser.parse_args(argv)

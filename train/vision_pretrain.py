@@ -9,9 +9,9 @@ accuracy (chance 0.25) after 300 SFT steps from a random tower, 1.00 after 300 s
 The task: every image token of a rendered scene (one token per grid cell) is classified into that cell's
 shape, colour and size (or "empty"), and its row and column, by linear heads that are thrown away afterwards. The
 row and column heads matter: the language model's rotary positions are relative, so an image token only says
-where it is if its own features do ("Where is the circle?": 0.26 after 300 SFT steps without them). Only the vision tower
-and the projector are trained, so the language model stays untrained: it still has to learn everything about
-critiques, and what the image tokens mean, from the critic data.
+where it is if its own features do ("Where is the circle?": 0.26 after 300 SFT steps without them). Only the vision
+tower and the projector are trained; the language model learns what the image tokens mean afterwards, in the base's
+vision-language pre-training (`base_pretrain.py`) or from the critic data.
 """
 
 from __future__ import annotations
