@@ -62,6 +62,11 @@ ALL_CELLS = tuple(name for row in CELL_NAMES for name in row)
 COUNTS = (1, 2, 3)  # every counted quantity is drawn uniformly from these, so a number says nothing alone
 # a + b for a, b uniform over COUNTS: wrong totals follow the same shape as true ones
 TOTAL_WEIGHTS = {2: 1, 3: 2, 4: 3, 5: 2, 6: 1}
+# what a step's claim is about, for per-kind results (`stepcritic eval` breaks step metrics down by `meta.step_kinds`):
+# each template of a step's claim -> the picture reading or reasoning it needs
+STEP_KINDS = {"count": "count", "colour_count": "count", "count_pair": "count", "colour": "colour",
+              "position": "position", "kinds": "kind", "relation": "relation", "bigger": "relation", "total": "total",
+              "more": "total", "counted_comparison": "total", "answer": "answer"}
 AXES = {"horizontal": ("to the left of", "to the right of"), "vertical": ("above", "below")}
 QUESTION_WEIGHTS = {"colour": 1, "count": 1, "existence": 1, "relation": 1, "size": 1, "sum": 1.5, "compare": 1.5}
 
@@ -634,7 +639,8 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
         "generator": "stepcritic.data_prep.synth", "seed": seed, "group": group, "image_size": image_size,
         "level": level,
         "question_type": question.kind, "scene": [item.as_dict() for item in question.items],
-        "step_templates": [n.template for n in notes], "step_faults": [n.fault for n in notes],
+        "step_templates": [n.template for n in notes], "step_kinds": [STEP_KINDS[n.template] for n in notes],
+        "step_faults": [n.fault for n in notes],
         "independent_after_error": any(not w for w in wrong[first_wrong + 1:]),
         "error_propagated": any(n.fault == "propagated" for n in notes),
         "clues": _reference_clues(question.text, steps),

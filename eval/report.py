@@ -63,7 +63,8 @@ def _shiftcheck_notes(metrics: dict) -> list[str]:
     return lines
 
 
-FIELD_TITLES = {"source": "source", "generator": "generator", "category": "category", "step_type": "step type"}
+FIELD_TITLES = {"source": "source", "generator": "generator", "category": "category", "step_type": "step type",
+                "step_kind": "kind of step"}
 # the tables repeated per breakdown value (diagnostics and RPTS's table only overall, to keep the report readable)
 BREAKDOWN_TABLES = ("leaderboard", "verifier", "sweep", "best_of_n", "correction")
 
@@ -101,8 +102,10 @@ def _breakdowns(metrics: dict) -> list[str]:
     for field, spec in metrics.get("breakdowns", {}).items():
         title = FIELD_TITLES.get(field, field)
         parts += [f"## By {title}", ""]
+        if field == "step_kind":
+            parts += _kind_table(metrics, spec)
         if "group" not in spec["levels"]:
-            parts += [("Step-level metrics only: a step type is not a set of whole chains." if field == "step_type"
+            parts += [(f"Step-level metrics only: a {title} is not a set of whole chains." if spec["unit"] == "steps"
                        else f"The chains of one question differ in {title}: question-level metrics (choice "
                        "ranking, ShiftCheck) are not split by it."), ""]
         for value in spec["values"]:
@@ -113,6 +116,20 @@ def _breakdowns(metrics: dict) -> list[str]:
                 if shown:
                     parts += [leaderboard(sections, tasks, matcher, shown), ""]
     return parts
+
+
+def _kind_table(metrics: dict, spec: dict) -> list[str]:
+    """Step AUROC per kind of step (rows) and judge (columns): where a critic reads the picture and where not."""
+    judges = list(metrics["judges"])
+    rows = [f"Step AUROC by kind of step ({', '.join(f'`{j}`' for j in judges)} left to right):", "",
+            "| kind of step | steps | " + " | ".join(f"judge {k + 1}" for k in range(len(judges))) + " |",
+            "|---|---|" + "---|" * len(judges)]
+    for value in spec["values"]:
+        aurocs = [metrics["judges"][j]["breakdowns"]["step_kind"][value].get("critique", {}).get("step", {})
+                  .get("auroc") for j in judges]
+        rows.append(f"| {value} | {spec['counts'][value]} | "
+                    + " | ".join("–" if a is None else f"{100 * a:.1f}" for a in aurocs) + " |")
+    return rows + [""]
 
 
 def _rpts(metrics: dict, overall: dict) -> list[str]:

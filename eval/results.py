@@ -30,7 +30,8 @@ from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.rpts import section as rpts_section
 
 # what the report breaks every table down by, whenever the data holds more than one value of it
-BREAKDOWNS = ("source", "generator", "category", "step_type")
+BREAKDOWNS = ("source", "generator", "category", "step_type", "step_kind")
+STEP_FIELDS = {"step_type": "type", "step_kind": "kind"}  # breakdowns of steps, not of chains: the step's key
 
 
 # ----------------------------------------------------------------------------- judge scores
@@ -217,11 +218,12 @@ class JudgeData:
                          verifier_task.slice_chains(self.verifier, keep), self.rpts,
                          slice_chains(self.corrections, keep), self.settings)
 
-    def steps(self, keep) -> "JudgeData":
-        """Only the steps `keep(step)` accepts (chains left without a step are dropped): step-level metrics only."""
+    def steps(self, field: str, value) -> "JudgeData":
+        """Only the steps whose `field` (a step breakdown: `step_values`) is `value`; chains left without a step are
+        dropped. For step-level metrics only."""
         gold, preds, matches, kept = [], [], [], []
         for k, c in enumerate(self.gold):
-            idx = [i for i, s in enumerate(c["steps"]) if keep(s)]
+            idx = [i for i, v in enumerate(step_values(c, field)) if v == value]
             if not idx:
                 continue
             kept.append((k, idx))
@@ -301,18 +303,24 @@ def _only(sec: dict, metrics: list) -> dict:
     return kept
 
 
+def step_values(chain: dict, field: str) -> list:
+    """Per step of a gold chain, its value of a step breakdown: MiCEval's step type, or the kind of claim it makes
+    (`runner.step_kinds`)."""
+    return [s.get(STEP_FIELDS[field]) for s in chain["steps"]]
+
+
 def breakdown_plan(gold: list[dict]) -> dict:
     """For each field of `BREAKDOWNS` with more than one value: its values, how many chains (steps) each
     has, and the metric levels its tables can show. A field that differs between the chains of one question
     (the generator, usually) cannot split a comparison of those chains: group metrics are left out there."""
     plan = {}
     for field in BREAKDOWNS:
-        if field == "step_type":
+        if field in STEP_FIELDS:
             counts = defaultdict(int)
             for c in gold:
-                for s in c["steps"]:
-                    if s["type"] is not None:
-                        counts[s["type"]] += 1
+                for value in step_values(c, field):
+                    if value is not None:
+                        counts[value] += 1
             unit, levels = "steps", ["step"]
         else:
             counts = defaultdict(int)
@@ -332,8 +340,8 @@ def breakdown_plan(gold: list[dict]) -> dict:
 def _breakdown(data: JudgeData, tasks, field: str, spec: dict) -> dict:
     out = {}
     for value in spec["values"]:
-        if field == "step_type":
-            part = data.steps(lambda s, value=value: s["type"] == value)
+        if field in STEP_FIELDS:
+            part = data.steps(field, value)
             out[value] = section(part, [t for t in tasks if t in STEP_SLICEABLE], levels=spec["levels"])
         else:
             keep = [i for i, c in enumerate(data.gold) if c.get(field) == value]

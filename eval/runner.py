@@ -70,15 +70,26 @@ def chain_digest(chain: dict) -> str:
 GOLD_STEP_FIELDS = ("type", "correct", "human_score", "explanations", "premises")
 
 
+def step_kinds(chain: dict) -> list:
+    """Per step, the kind of claim it makes where the chain's `meta.step_kinds` lists them (the synthetic
+    generator's chains: count, colour, position...), else None: a breakdown of step metrics."""
+    try:
+        kinds = json.loads(chain.get("meta") or "{}").get("step_kinds")
+    except (TypeError, ValueError, AttributeError):
+        kinds = None
+    return kinds if isinstance(kinds, list) and len(kinds) == len(chain["steps"]) else [None] * len(chain["steps"])
+
+
 def gold_view(dataset) -> list[dict]:
     """The labels every metric needs, without images: small enough to hold for the whole dataset."""
     from stepcritic.eval import verifier
 
     columns = ["chain_id", "group_id", "source", "generator", "category", "question", "final_answer",
-               "reference_answer", "answer_correct", "chain_correct", "steps"]
+               "reference_answer", "answer_correct", "chain_correct", "steps", "meta"]
     gold = []
-    for chain in dataset.select_columns(columns).to_list():
+    for chain in dataset.select_columns([c for c in columns if c in dataset.column_names]).to_list():
         chain_targets, step_targets = verifier.targets(chain)  # the human labels of MiCEval's verifier tasks
+        kinds = step_kinds(chain)
         gold.append({
             "chain_id": chain["chain_id"], "group_id": chain["group_id"], "source": chain["source"],
             "generator": chain["generator"], "category": chain["category"],
@@ -87,8 +98,8 @@ def gold_view(dataset) -> list[dict]:
             # the texts, for what shows a chain to a model after judging: the corrector, an LLM explanation matcher
             "question": chain["question"], "final_answer": chain["final_answer"],
             "reference_answer": chain["reference_answer"],
-            "steps": [dict({k: s[k] for k in GOLD_STEP_FIELDS}, verifier=targets, text=s["text"])
-                      for s, targets in zip(chain["steps"], step_targets)],
+            "steps": [dict({k: s[k] for k in GOLD_STEP_FIELDS}, verifier=targets, text=s["text"], kind=kind)
+                      for s, targets, kind in zip(chain["steps"], step_targets, kinds)],
         })
     if len({g["chain_id"] for g in gold}) != len(gold):
         raise EvalError("chains: chain_id values are not unique; every judgment is keyed by chain_id")
