@@ -1,8 +1,11 @@
-"""`stepcritic train --config RECIPE.yaml [--key value ...] [--dry-run]`: train a critic from a YAML recipe.
+"""`stepcritic train --config RECIPE [--key value ...] [--dry-run]`: train a critic from a YAML recipe.
 
-Any `--key value` after the recipe overrides the recipe's key of the same name (TRL/transformers
-config fields, ModelConfig fields, or StepCritic keys); unknown keys are an error naming the key.
-User mistakes (the recipe, the dataset) end with one line `stepcritic train: error: ...` and exit code 2.
+RECIPE is a recipe file or the name of a recipe shipped with the package (`tiny/prm`, `qwen2.5-vl-3b/sft-lora`;
+`--list-recipes` lists them), so the shipped recipes work from any folder. Any `--key value` after the recipe
+overrides the recipe's key of the same name (TRL/transformers config fields, ModelConfig fields, or StepCritic
+keys); unknown keys are an error naming the key. An `output_dir` holding a finished model is refused unless its
+checkpoints can be resumed or `--overwrite_output_dir true` is given. User mistakes (the recipe, the dataset, the
+output folder) end with one line `stepcritic train: error: ...` and exit code 2.
 """
 
 from __future__ import annotations
@@ -13,15 +16,22 @@ import sys
 
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="stepcritic train", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="a recipe YAML, e.g. recipes/tiny/critique-sft.yaml")
+    parser.add_argument("--config", metavar="RECIPE",
+                        help="a recipe YAML file, or a shipped recipe's name such as tiny/prm or "
+                             "qwen2.5-vl-3b/sft-lora (see --list-recipes)")
+    parser.add_argument("--list-recipes", action="store_true",
+                        help="list the shipped recipes (name, method, model, data) and exit")
     parser.add_argument("--dry-run", action="store_true",
-                        help="check the recipe and its data without loading model weights (splits, dataset kind, "
-                             "columns, images, token lengths on a sample, launcher) and print the plan: method, "
-                             "model, rows, global batch, steps; exit 2 with one line per problem")
+                        help="check the recipe, its data and its output folder without loading model weights "
+                             "(splits, dataset kind, columns, images, token lengths on a sample, launcher, what "
+                             "happens to output_dir) and print the plan: method, model, rows, global batch, steps; "
+                             "exit 2 with one line per problem")
     parser.epilog = (
         "Any further --key value pairs override the recipe (e.g. --learning_rate 1e-4 --output_dir runs/x).\n"
+        "Running the same command again resumes from output_dir's latest checkpoint; a folder that holds a finished\n"
+        "model is refused unless --overwrite_output_dir true (train from the start) or another --output_dir.\n"
         "Multi-GPU: accelerate launch --config_file recipes/accelerate/zero3.yaml -m stepcritic.train "
-        "--config recipes/qwen2.5-vl-7b/sft-lora.yaml"
+        "--config qwen2.5-vl-7b/sft-lora"
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.set_defaults(_accepts_overrides=True)
@@ -34,22 +44,37 @@ def _error(message) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    import os
-
-    if not os.path.isfile(args.config):
-        return _error(f"recipe file {args.config!r} not found")
+    from stepcritic import recipes
     from stepcritic.errors import UserError
+
+    if getattr(args, "list_recipes", False):
+        print("\n".join(recipes.listing()))
+        return 0
+    if not args.config:
+        return _error("--config is required: a recipe file or a shipped recipe's name "
+                      "(`stepcritic train --list-recipes` lists them)")
+    try:
+        path = recipes.resolve(args.config)  # before torch loads: a mistyped name answers at once
+    except UserError as e:
+        return _error(e)
+    if not sys.stderr.isatty():  # a log file gets the run's own lines, not redrawn progress bars
+        import os
+
+        for library in ("HF_DATASETS", "HF_HUB"):  # datasets' bars; the hub's setting also turns off transformers'
+            os.environ.setdefault(f"{library}_DISABLE_PROGRESS_BARS", "1")
     from stepcritic.train.config import parse_recipe
 
     try:
-        recipe = parse_recipe(args.config, getattr(args, "overrides", None) or [])
+        recipe = parse_recipe(path, getattr(args, "overrides", None) or [])
         if args.dry_run:
             from stepcritic.train.preflight import dry_run
 
             return dry_run(recipe)
+        from stepcritic.train.preflight import check_output_dir
         from stepcritic.train.run import train
 
+        check_output_dir(recipe)
         train(recipe)
-    except UserError as e:  # recipe, data, model path: one line here, whichever way the command was started
+    except UserError as e:  # recipe, data, model path, output folder: one line, however the command was started
         return _error(e)
     return 0

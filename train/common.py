@@ -241,15 +241,42 @@ def dataset_summary(dataset_path: str) -> dict:
 
 # ----------------------------------------------------------------------------- runs
 
-def resume_checkpoint(training_args) -> str | None:
-    """The checkpoint to resume from: `resume_from_checkpoint` if given, else the latest in output_dir."""
+def resume_checkpoint(training_args, fresh: bool = False) -> str | None:
+    """The checkpoint to resume from: `resume_from_checkpoint` if given, else the latest in output_dir (none when
+    `fresh`: the run starts over, as `overwrite_output_dir` asks)."""
     from transformers.trainer_utils import get_last_checkpoint
 
     if training_args.resume_from_checkpoint:
         return training_args.resume_from_checkpoint
-    if os.path.isdir(training_args.output_dir):
+    if not fresh and os.path.isdir(training_args.output_dir):
         return get_last_checkpoint(training_args.output_dir)
     return None
+
+
+def restore_full_weights(model, checkpoint: str) -> bool:
+    """Load the full weights saved in `checkpoint` into `model` in place, under the model's own parameter names;
+    False when they are not for this function to load (an adapter, a model that is not a transformers one).
+
+    `save_pretrained` writes some architectures under their original checkpoint names (LLaVA's
+    `language_model.model.*` for `model.language_model.*`), and the Trainer's own resume loads them with
+    `load_state_dict(strict=False)`, which then matches nothing and carries on from the start weights with the
+    checkpoint's step count and optimiser. `from_pretrained` maps the names back, as for any saved model.
+    """
+    from transformers import PreTrainedModel
+
+    weights = ("model.safetensors", "model.safetensors.index.json")
+    if is_peft(model) or not isinstance(model, PreTrainedModel):
+        return False
+    if not any(os.path.isfile(os.path.join(checkpoint, name)) for name in weights):
+        return False
+    saved = type(model).from_pretrained(checkpoint, dtype=next(model.parameters()).dtype)
+    try:
+        model.load_state_dict(saved.state_dict())
+    except RuntimeError as e:  # another architecture or size in output_dir: the recipe changed since
+        raise UserError(f"checkpoint {checkpoint!r} does not fit the recipe's model ({str(e).splitlines()[0]}); "
+                        "pass --overwrite_output_dir true to train from the start, or choose another --output_dir"
+                        ) from e
+    return True
 
 
 def checkpoint_step(checkpoint: str) -> int | None:

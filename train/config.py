@@ -126,6 +126,12 @@ class StepCriticArgs:
         default=False, metadata={"help": "After LoRA training, also save the adapter merged into the base weights."}
     )
     model_card: bool = field(default=True, metadata={"help": "Write a model card (README.md) into output_dir."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train from the start into an output_dir that already holds a model or other files "
+                          "(its checkpoints are deleted first); without it such a folder is refused, unless its "
+                          "checkpoints are resumed."},
+    )
 
     def __post_init__(self):
         if self.tiny_pretrained_base and (self.tiny_model_arch, self.tiny_model_size) != ("llava", "small"):
@@ -349,11 +355,83 @@ def _load_yaml(path: Path) -> dict:
     return values
 
 
+def _recipe_file(config: str | Path) -> str:
+    """A recipe file, or the name of a shipped one (`tiny/prm`): see `stepcritic.recipes`."""
+    from stepcritic.recipes import UnknownRecipe, resolve
+
+    try:
+        return resolve(str(config))
+    except UnknownRecipe as err:
+        raise RecipeError(str(err)) from err
+
+
+def _value_rules(method: str, script_args, model_args, training_args) -> list:
+    """(key, value, holds, requirement) for every value a run cannot start with; types are the parser's job."""
+    targs = training_args
+    strategy = getattr(targs.save_strategy, "value", targs.save_strategy)
+    evaluates = getattr(targs.eval_strategy, "value", targs.eval_strategy) == "steps"
+    positive, at_least_1 = (lambda v: v > 0, "greater than 0"), (lambda v: v >= 1, "at least 1")
+    not_negative = (lambda v: v >= 0, "0 or more")
+    below_1 = (lambda v: 0 <= v < 1, "from 0 up to (not including) 1")
+    optional = lambda rule: (lambda v: v is None or rule[0](v), rule[1])  # noqa: E731 (a rule that allows null)
+    rules = [
+        ("learning_rate", targs.learning_rate, *positive),
+        ("per_device_train_batch_size", targs.per_device_train_batch_size, *at_least_1),
+        ("per_device_eval_batch_size", targs.per_device_eval_batch_size, *at_least_1),
+        ("gradient_accumulation_steps", targs.gradient_accumulation_steps, *at_least_1),
+        ("max_steps", targs.max_steps, lambda v: v > 0 or v == -1,
+         "a number of optimiser steps above 0, or -1 to train `num_train_epochs`"),
+        ("warmup_steps", targs.warmup_steps, *not_negative),
+        ("weight_decay", targs.weight_decay, *not_negative),
+        ("logging_steps", targs.logging_steps, *positive),
+        ("save_total_limit", targs.save_total_limit, *optional(at_least_1)),
+        ("max_length", getattr(targs, "max_length", None), *optional(positive)),
+        ("max_train_samples", script_args.max_train_samples, *optional(at_least_1)),
+        ("max_eval_samples", script_args.max_eval_samples, *optional(at_least_1)),
+        ("max_image_size", script_args.max_image_size, *optional(at_least_1)),
+        ("max_train_minutes", script_args.max_train_minutes, *optional(positive)),
+        ("tiny_vision_pretrain_steps", script_args.tiny_vision_pretrain_steps, *not_negative),
+        ("tiny_base_pretrain_steps", script_args.tiny_base_pretrain_steps, *not_negative),
+        ("dataloader_num_workers", targs.dataloader_num_workers, *not_negative),
+    ]
+    if targs.max_steps <= 0:  # the epochs decide how long the run is
+        rules.append(("num_train_epochs", targs.num_train_epochs, *positive))
+    if strategy == "steps":
+        rules.append(("save_steps", targs.save_steps, *positive))
+    if evaluates:
+        rules.append(("eval_steps", targs.eval_steps, *optional(positive)))
+    if model_args.use_peft:
+        rules += [("lora_r", model_args.lora_r, *at_least_1), ("lora_alpha", model_args.lora_alpha, *positive),
+                  ("lora_dropout", model_args.lora_dropout, *below_1)]
+    if method == "dpo":  # beta 0 makes the loss a constant: nothing would be learnt
+        rules.append(("beta", targs.beta, *positive))
+    if method == "grpo":
+        rules += [("num_generations", targs.num_generations, lambda v: v >= 2,
+                   "at least 2 (GRPO compares several samples of one prompt)"),
+                  ("max_completion_length", targs.max_completion_length, *positive),
+                  ("temperature", targs.temperature, *positive),
+                  ("beta", targs.beta, *not_negative)]
+    if method == "reward":
+        rules.append(("value_head_dropout", targs.value_head_dropout, *below_1))
+    return rules
+
+
+def first_senseless_value(method: str, script_args, model_args, training_args) -> tuple[str, str] | None:
+    """(key, one line) for the first recipe value that cannot train (a learning rate of -1, a batch of 0), or None.
+
+    Checked by every parse, so a dry run and a real run refuse the same values before anything loads."""
+    for key, value, holds, requirement in _value_rules(method, script_args, model_args, training_args):
+        if not holds(value):
+            return key, f"`{key}` must be {requirement}, got {value!r}"
+    return None
+
+
 def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) -> Recipe:
-    """Parse a recipe file; `overrides` (`["--key", "value", "--key=value"]` or a mapping) win over the YAML."""
+    """Parse a recipe file (or a shipped recipe's name, `tiny/prm`); `overrides` (`["--key", "value",
+    "--key=value"]` or a mapping) win over the YAML. Values a run cannot start with are refused here too."""
     from trl import ModelConfig
 
-    path = Path(path)
+    path = Path(_recipe_file(path))
     values = _load_yaml(path)
     override_argv: list[str] = []
     if isinstance(overrides, dict):
@@ -377,7 +455,8 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
         if f"--{key}" not in parser._option_string_actions:
             raise RecipeError(_unknown_key_message(key, known_keys, "override"))
 
-    given = {*values, *override_values, *(key.replace("-", "_") for key in _override_keys(override_argv))}
+    overridden = {*override_values, *(key.replace("-", "_") for key in _override_keys(override_argv))}
+    given = {*values, *overridden}
     cpu_argv, adjustments = _cpu_defaults(given)
     argv = (
         cpu_argv
@@ -400,6 +479,10 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
 
     if not script_args.tiny_model and not model_args.model_name_or_path:
         raise RecipeError(f"{where}: `model_name_or_path` is required unless `tiny_model: true`")
+    problem = first_senseless_value(method, script_args, model_args, training_args)
+    if problem:
+        key, text = problem
+        raise RecipeError(f"{'override' if key in overridden else path}: {text}")
     for note in adjustments:
         logger.info("%s: %s", path, note)
     return Recipe(script_args, model_args, training_args, source=str(path), adjustments=adjustments,

@@ -3,22 +3,27 @@
 `check_dataset_kind` is what every training run does first, so a PRM recipe pointed at critique data, or a
 mistyped `dataset_path`, stops in a second with one line instead of after the model is built.
 
+`check_output_dir` says what a run will do with its `output_dir` (start, resume a checkpoint, start over) and
+refuses a folder whose finished model or other files the run would write over, unless told to.
+
 `dry_run` is `stepcritic train --config R --dry-run`: everything a run would find out about its recipe and data
 without training, so a user checks a run before renting GPUs. It loads the processor (tokenizer + image
-processor) but never the model's weights; for a Hub model that is not available offline it says the length
-check was skipped and why.
+processor) but never the model's weights, and never builds the offline tiny critic (its processor comes from the
+code that builds it), so it takes seconds for every recipe; for a Hub model that is not available offline it says
+the length check was skipped and why.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import sys
-import time
 
 from stepcritic.data_prep import contract
 from stepcritic.data_prep.contract import TRAIN, DataContractError
+from stepcritic.errors import UserError
 from stepcritic.train import common, loading
 from stepcritic.train.common import ModelNotFound
 from stepcritic.train.config import DATASET_KINDS
@@ -66,6 +71,94 @@ def check_model_path(recipe) -> None:
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path)
     if looks_local and not os.path.isdir(os.path.expanduser(path)):
         raise ModelNotFound(f"model_name_or_path {path!r}: no such folder")
+
+
+# ----------------------------------------------------------------------------- output folder
+
+class OutputDirInUse(UserError):
+    """`output_dir` already holds a finished model or other files, and the run would write over them."""
+
+
+# what a finished run leaves at the top of output_dir (weights, their config, the trainer's state)
+MODEL_FILES = ("trainer_state.json", "model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors",
+               "pytorch_model.bin", "config.json", "adapter_config.json")
+# written beside a run without being it: a launcher's log (`... | tee OUT/train.log`), TensorBoard's runs/
+BESIDE_A_RUN = (".log", ".out", ".err")
+
+
+def _beside_a_run(name: str) -> bool:
+    return name.startswith(".") or name.endswith(BESIDE_A_RUN) or name == "runs"
+
+
+def _state(folder: str) -> dict:
+    path = os.path.join(folder, "trainer_state.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _planned_steps(recipe, checkpoint: str) -> int | None:
+    """The optimiser steps this run asks for: max_steps, or the checkpoint's own plan when the epochs are unchanged."""
+    args = recipe.training_args
+    if args.max_steps > 0:
+        return args.max_steps
+    state = _state(checkpoint)
+    return state.get("max_steps") if state.get("num_train_epochs") == args.num_train_epochs else None
+
+
+def stale_checkpoints(output_dir: str) -> list[str]:
+    """The `checkpoint-N` folders of an earlier run in output_dir."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    if not os.path.isdir(output_dir):
+        return []
+    return sorted(os.path.join(output_dir, name) for name in os.listdir(output_dir)
+                  if name.startswith(f"{PREFIX_CHECKPOINT_DIR}-") and os.path.isdir(os.path.join(output_dir, name)))
+
+
+def check_output_dir(recipe) -> str:
+    """What the run does with `output_dir`, in a few words: a new folder, resuming a checkpoint, or starting over.
+
+    Raises OutputDirInUse (one line: what is there, and the two ways forward) when the folder holds a finished model
+    with no checkpoint left to resume, or files that are not a training run, unless `overwrite_output_dir` is set:
+    a rerun of the same command then never writes over an earlier model without being told to.
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    args = recipe.training_args
+    out, given = args.output_dir, args.resume_from_checkpoint
+    if given:
+        if not os.path.isdir(given):
+            raise OutputDirInUse(f"resume_from_checkpoint {given!r}: no such folder")
+        return f"{out} (resumes from {given}, step {common.checkpoint_step(given)})"
+    if not os.path.isdir(out):
+        return f"{out} (new folder)"
+    entries = sorted(name for name in os.listdir(out) if not _beside_a_run(name))
+    if not entries:
+        return f"{out} (empty folder)"
+    ways = "pass --overwrite_output_dir true to train from the start into it, or choose another --output_dir"
+    if recipe.script_args.overwrite_output_dir:
+        old = stale_checkpoints(out)
+        return (f"{out} (--overwrite_output_dir: trains from the start"
+                + (f", deleting its {len(old)} checkpoint(s) first)" if old else ")"))
+    finished = [name for name in entries if name in MODEL_FILES]
+    done = _state(out).get("global_step")
+    model = f"a finished model{f' of {done:,} steps' if done is not None else ''}"
+    last = get_last_checkpoint(out)
+    if last:
+        step, target = common.checkpoint_step(last), _planned_steps(recipe, last)
+        if finished and None not in (step, target) and step >= target:
+            raise OutputDirInUse(f"output_dir {out!r} already holds {model}, and its last checkpoint "
+                                 f"({os.path.basename(last)}) is at step {step:,} of the {target:,} asked for: "
+                                 f"nothing to resume; {ways} (or raise --max_steps to train it on)")
+        return f"{out} (resumes from {os.path.basename(last)}, step {step}" + (f" of {target})" if target else ")")
+    if finished:
+        raise OutputDirInUse(f"output_dir {out!r} already holds {model} ({', '.join(finished[:3])}) and no "
+                             f"checkpoint to resume from; {ways}")
+    shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+    raise OutputDirInUse(f"output_dir {out!r} is not empty and holds no training run ({shown}); {ways}")
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -163,11 +256,43 @@ def decoded_rows(split, name: str, path: str, max_image_size: int | None) -> tup
     return rows, problems
 
 
+def tiny_note(recipe) -> str:
+    """What a real run does to get the tiny critic, which the dry run itself never builds."""
+    args = recipe.script_args
+    if args.tiny_pretrained_base:
+        from stepcritic.train import shipped_base
+
+        reason = shipped_base.stale_reason()
+        if reason is None:
+            return f"starts from the shipped pretrained base ({shipped_base.FOLDER})"
+        return (f"{reason}: a real run first builds a short base instead (about 5 minutes on 2 CPU cores, cached "
+                "under $STEPCRITIC_CACHE or ~/.cache/stepcritic)")
+    planned = ((args.tiny_vision_pretrain_steps, "vision"), (args.tiny_base_pretrain_steps, "vision-language"))
+    stages = [f"{steps:,} {what} pre-training steps" for steps, what in planned if steps]
+    return ("a real run builds it first" + (f" ({' + '.join(stages)})" if stages else "")
+            + " unless it is cached under $STEPCRITIC_CACHE or ~/.cache/stepcritic")
+
+
+def tiny_processor(recipe):
+    """The tiny critic's processor, from the shipped base's folder or from the code that builds the critic: the
+    critic itself (minutes of pre-training for some sizes) is never built by a dry run."""
+    from stepcritic.train import shipped_base, tiny
+
+    args = recipe.script_args
+    if args.tiny_pretrained_base and shipped_base.stale_reason() is None:
+        from transformers import AutoProcessor
+
+        return AutoProcessor.from_pretrained(str(shipped_base.FOLDER))
+    return tiny.build_config(arch=args.tiny_model_arch, size=args.tiny_model_size)[1]
+
+
 def load_processor(recipe):
     """(processor, None) or (None, why it is not available here). Never loads model weights."""
     from transformers import AutoProcessor
     from transformers.utils import logging as hf_logging
 
+    if recipe.script_args.tiny_model:
+        return tiny_processor(recipe), None
     source = recipe.model_path()
     base = loading.adapter_base(source)
     if base is not None and not loading.has_processor(source):
@@ -240,8 +365,8 @@ def processor_problems(recipe, processor) -> list[str]:
 def dry_run(recipe, out=None, err=None) -> int:
     """Validate the recipe and its data, print the plan; 0 when all is well, 2 with one line per problem."""
     args, targs = recipe.script_args, recipe.training_args
-    model = (f"the offline tiny critic (stepcritic.train.tiny, {args.tiny_model_arch})" if args.tiny_model
-             else recipe.model_args.model_name_or_path)
+    model = (f"the offline tiny critic (stepcritic.train.tiny, {args.tiny_model_arch}, {args.tiny_model_size})"
+             if args.tiny_model else recipe.model_args.model_name_or_path)
     where = "whole model" if args.lora_on_vision else "language model"
     adapter = f"LoRA r={recipe.model_args.lora_r} on the {where}" if recipe.model_args.use_peft else "full fine-tuning"
     tower = "frozen" if args.freeze_vision_tower else "trained"
@@ -255,7 +380,12 @@ def dry_run(recipe, out=None, err=None) -> int:
     except ModelNotFound as e:
         problems.append(str(e))
     batch, steps = plan(recipe, train_rows, processes)
-    lines += [("launcher", description), ("batch", f"global {batch}"), ("steps", steps), ("output", targs.output_dir)]
+    try:
+        output = check_output_dir(recipe)
+    except OutputDirInUse as e:
+        output = targs.output_dir
+        problems.append(str(e))
+    lines += [("launcher", description), ("batch", f"global {batch}"), ("steps", steps), ("output", output)]
     if int(os.environ.get("RANK", "0") or 0) == 0:  # under `accelerate launch`, one report, not one per process
         _report(recipe, lines, problems, out or sys.stdout, err or sys.stderr)
     return 2 if problems else 0
@@ -324,11 +454,9 @@ def _check_data(recipe, lines: list, problems: list) -> int:
                             f"largest {largest[0]}x{largest[1]} px"
                             + (f" (max_image_size {args.max_image_size})" if args.max_image_size else "")))
 
-    started = time.monotonic()
+    if args.tiny_model:
+        lines.append(("tiny", tiny_note(recipe)))
     processor, why = load_processor(recipe)
-    if args.tiny_model and time.monotonic() - started > 5:  # the model's own weights are still not loaded
-        lines.append(("tiny", f"built the offline tiny critic to read its processor ({time.monotonic() - started:.0f}"
-                              " s, first use only: cached under $STEPCRITIC_CACHE or ~/.cache/stepcritic)"))
     if processor is None:
         lines.append(("lengths", f"skipped: {why}"))
     else:
