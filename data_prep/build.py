@@ -484,7 +484,7 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
 def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts.PromptTemplate | None = None,
                   pref_mix: dict | str | None = None, neutral: str = "skip", step_targets: str = "hard",
                   prm_notes: bool = False, verifier_layout: str = "rows",
-                  num_proc: int = 1) -> tuple[prompts.PromptTemplate, dict | None]:
+                  num_proc: int = 1, critique_notes: bool = False) -> tuple[prompts.PromptTemplate, dict | None]:
     """Check the build options before any chain is read; returns the loaded template and the parsed mix.
 
     `test_fraction` may be 0 here (everything in train); the command line asks for a held-out split.
@@ -508,6 +508,8 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
         raise BuildError(f"--verifier-layout {verifier_layout} only applies to kind 'verifier-sft', not {kind!r}")
     if prm_notes and kind != "prm-sft":
         raise BuildError(f"--prm-notes only applies to kind 'prm-sft', not {kind!r}")
+    if critique_notes and kind not in ("critique-sft", "critique-pref"):
+        raise BuildError(f"--critique-notes only applies to kinds 'critique-sft' and 'critique-pref', not {kind!r}")
     if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
         raise BuildError(f"--num-proc must be a positive number of processes, got {num_proc!r}")
     try:
@@ -537,7 +539,8 @@ SKIP_REASONS = {
     "unknown_step_label": "have a step without a verdict",
     "neutral_step": "have a neutral step (--neutral skip)",
     "no_verifier_labels": "have no label a verifier question asks for",
-    "no_note": "have an incorrect step with neither a correction nor a reference critique (--prm-notes)",
+    "no_note": "have an incorrect step with neither a correction nor a reference critique (--prm-notes, "
+               "--critique-notes)",
     "unknown_chain_label": "have no chain verdict (chain_correct)",
     "no_contrast_in_group": "have no chain of the other verdict in their group (the same image and question)",
     pairs.NO_CORRUPTION: "take no corruption of the mix",
@@ -574,10 +577,12 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
                   template: str | prompts.PromptTemplate | None = None, pref_mix: dict | str | None = None,
                   neutral: str = "skip", step_targets: str = "hard", prm_notes: bool = False,
                   verifier_layout: str = "rows", num_proc: int = 1, overwrite: bool = True,
-                  allow_empty: bool = True, progress: bool = False) -> dict:
+                  allow_empty: bool = True, progress: bool = False, critique_notes: bool = False) -> dict:
     """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats.
 
     `prm_notes` (prm-sft): each judgement comes after the step as it should read (`prompts.prm_note`).
+    `critique_notes` (critique-sft, critique-pref): each step of the critique says what the image shows ("shows",
+    the same note) before its verdict.
     `verifier_layout` (verifier-sft): "rows", "task" or "chain" (`build_rows.VERIFIER_LAYOUTS`).
     `num_proc`: processes that make the rows (above 1, forked workers); the dataset and stats are the same.
 
@@ -588,12 +593,14 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
     from stepcritic.data_prep import outputs
 
     loaded_template, mix = check_options(kind, test_fraction, template, pref_mix, neutral, step_targets, prm_notes,
-                                         verifier_layout, num_proc)
+                                         verifier_layout, num_proc, critique_notes)
     step_labels = {"neutral": neutral, "step_targets": step_targets}
     if kind == "prm-sft":
         step_labels["prm_notes"] = prm_notes
     if kind == "verifier-sft":
         step_labels["verifier_layout"] = verifier_layout
+    if kind in ("critique-sft", "critique-pref"):
+        step_labels["critique_notes"] = critique_notes
     with outputs.staged(out_dir, overwrite, _input_paths(chains, template)) as target:
         stats = _build_into(chains, kind, target, loaded_template, mix, test_fraction, seed, step_labels, num_proc,
                             allow_empty, progress)
@@ -638,6 +645,8 @@ def _build_into(chains, kind: str, out_dir: str, loaded_template, mix: dict | No
         stats["prm_notes"] = prm_notes
     if kind == "verifier-sft":
         stats["verifier_layout"] = verifier_layout
+    if kind in ("critique-sft", "critique-pref"):
+        stats["critique_notes"] = step_labels.get("critique_notes", False)
     if mix is not None:
         stats["pref_mix"] = {"weights": mix,
                              "realised": dict(sum((produced[s].labels for s in SPLITS), Counter()))}

@@ -27,12 +27,14 @@ class _SplitRows:
     n_rows: int = 0  # rows written so far (streamed kinds hand their rows to the writer batch by batch)
 
 
-def _critique_skip_reason(chain: dict) -> str | None:
+def _critique_skip_reason(chain: dict, notes: bool = False) -> str | None:
     open_steps = [s for s in chain["steps"] if s["correct"] is None]
     if open_steps:
         return "neutral_step" if all(labels.is_neutral(s) for s in open_steps) else "unknown_step_label"
     if chain.get("answer_correct") is None:
         return "unknown_answer_label"
+    if notes and any(critique.step_note(s) is None for s in chain["steps"]):
+        return "no_note"  # an incorrect step with neither a correction nor an explanation
     return None
 
 
@@ -49,13 +51,14 @@ def _ids(chain: dict) -> dict:
 
 # ----------------------------------------------------------------------------- one function per kind
 
-def _critique_sft(chains, template, out: _SplitRows, **_) -> None:
+def _critique_sft(chains, template, out: _SplitRows, critique_notes: bool = False, **_) -> None:
     for chain in chains:
-        reason = _critique_skip_reason(chain)
+        reason = _critique_skip_reason(chain, critique_notes)
         if reason:
             out.skipped[reason] += 1
             continue
-        messages = prompts.critique_messages(chain, template) + [prompts.assistant_turn(prompts.critique_target(chain))]
+        messages = prompts.critique_messages(chain, template, critique_notes) + [
+            prompts.assistant_turn(prompts.critique_target(chain, critique_notes))]
         out.rows.append({"messages": messages, **_ids(chain)})
         out.labels.update(f"step/{'correct' if s['correct'] else 'incorrect'}" for s in chain["steps"])
         out.labels[f"answer/{'correct' if chain['answer_correct'] else 'incorrect'}"] += 1
@@ -136,12 +139,13 @@ def _prm_sft(chains, template, out: _SplitRows, step_targets: str = "hard", prm_
             out.labels["soft target"] += sum(t is not None and 0 < t < 1 for t in targets)
 
 
-def _critique_pref(chains, template, out: _SplitRows, seed: int, pref_mix: dict, pool=None, plan=None, **_) -> None:
+def _critique_pref(chains, template, out: _SplitRows, seed: int, pref_mix: dict, pool=None, plan=None,
+                   critique_notes: bool = False, **_) -> None:
     """`chains` is a whole split, or one batch of it with the split's explanation `pool` and corruption `plan`."""
     pool = pairs.ExplanationPool(chains) if pool is None else pool
     usable = []
     for chain in chains:
-        reason = _critique_skip_reason(chain)
+        reason = _critique_skip_reason(chain, critique_notes)
         if reason:
             out.skipped[reason] += 1
         else:
@@ -154,11 +158,12 @@ def _critique_pref(chains, template, out: _SplitRows, seed: int, pref_mix: dict,
         if corruption in (pairs.NO_CORRUPTION, pairs.OVER_QUOTA):
             out.skipped[corruption] += 1
             continue
-        rejected = pairs.apply_corruption(chain, corruption, pool, random.Random(f"{seed}:{chain['chain_id']}"))
+        rejected = pairs.apply_corruption(chain, corruption, pool, random.Random(f"{seed}:{chain['chain_id']}"),
+                                          notes=critique_notes)
         _count_explanations(chain, out)
         out.rows.append({
-            "prompt": prompts.critique_messages(chain, template),
-            "chosen": [prompts.assistant_turn(prompts.critique_target(chain))],
+            "prompt": prompts.critique_messages(chain, template, critique_notes),
+            "chosen": [prompts.assistant_turn(prompts.critique_target(chain, critique_notes))],
             "rejected": [prompts.assistant_turn(critique.format_critique(rejected))],
             "corruption": corruption, **_ids(chain),
         })

@@ -40,6 +40,10 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                    help="output folder for the chains dataset and stats.json (not the input's or the image root's)")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="fail: stop at the first bad record (default); skip: keep going and list every skipped record")
+    p.add_argument("--critique-notes", action="store_true",
+                   help="critique-sft / critique-pref only: every step of the critique first says what the image shows "
+                        "about it (\"shows\": the step itself when correct, its correction or else its first "
+                        "reference critique when not), then its verdict; judge with hf:...,notes=true")
     p.add_argument("--num-proc", type=int, default=1,
                    help="worker processes that convert and check records, images included (default 1); the output "
                         "is the same for any number")
@@ -160,7 +164,7 @@ def main(args: argparse.Namespace) -> int:
                              f"'test' split), got {args.test_fraction}")
         options = dict(template=args.template, pref_mix=args.pref_mix, neutral=args.neutral,
                        step_targets=args.step_targets, prm_notes=args.prm_notes, verifier_layout=args.verifier_layout,
-                       num_proc=args.num_proc)
+                       num_proc=args.num_proc, critique_notes=args.critique_notes)
         check_options(args.kind, args.test_fraction, **options)  # before reading any chain
         outputs.check_out(args.out, args.overwrite, {"--chains": args.chains, "--template": args.template})
         stats = build_dataset(load_chains(args.chains), args.kind, args.out, test_fraction=args.test_fraction,

@@ -9,6 +9,7 @@ questions (`parse_questions`). Unreadable output gives None (or an invalid `Pars
 Format (compact JSON, one object):
     {"steps": [{"step": 1, "correct": true}, {"step": 2, "correct": false, "explanation": "..."}],
      "answer_correct": false}
+A note-writing critic adds what the image shows before each verdict: {"step": 1, "shows": "...", "correct": true}.
 """
 
 from __future__ import annotations
@@ -23,10 +24,30 @@ FALSE_WORDS = {"false", "no", "incorrect", "wrong", "invalid", "-", "0", "bad", 
 SCORE_SCALE = 10.0  # the score prompt asks for 0 to 10
 
 
-def gold_critique(chain: dict, explanation_index: int = 0) -> dict:
+def step_note(step: dict) -> str | None:
+    """What a note-writing critic writes about a step before its verdict: the step as the image has it.
+
+    Why a note: the synthetic labels are built so that neither a step's words nor the image alone predict them,
+    only the two together (an XOR), and a model trained on the verdict alone gets no gradient towards either half:
+    it stays at the label prior. Writing the step as the image has it first is a plain look-up with a signal of its
+    own, and the verdict then compares two pieces of text (docs/experiments.md). A correct step reads as it is; an
+    incorrect one as its `correction`, or, when no rewording fixes it (irrelevant, repeated), as its first reference
+    critique; None when an incorrect step has neither.
+    """
+    if step.get("correct") is not False:
+        return step["text"]
+    if step.get("correction"):
+        return step["correction"]
+    return (step.get("explanations") or [None])[0]
+
+
+def gold_critique(chain: dict, explanation_index: int = 0, notes: bool = False) -> dict:
+    """The reference critique of a chain; with `notes`, each step first says what the image shows (`step_note`)
+    under "shows", before its verdict."""
     steps = []
     for i, s in enumerate(chain["steps"], 1):
-        item: dict = {"step": i, "correct": s["correct"]}
+        item: dict = {"step": i, "shows": step_note(s), "correct": s["correct"]} if notes else \
+            {"step": i, "correct": s["correct"]}
         if s["correct"] is False:
             expl = s.get("explanations") or []
             item["explanation"] = expl[explanation_index % len(expl)] if expl else "This step is incorrect."

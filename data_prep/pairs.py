@@ -220,9 +220,10 @@ def applicable(chain: dict, mix: dict[str, float], pool: ExplanationPool, gold: 
     return sorted(name for name, w in mix.items() if w > 0 and APPLIES[name](chain, gold, pool))
 
 
-def apply_corruption(chain: dict, name: str, pool: ExplanationPool, rng: random.Random) -> dict:
-    """The gold critique of `chain` with corruption `name` (which must apply) made to it."""
-    gold = critique.gold_critique(chain)
+def apply_corruption(chain: dict, name: str, pool: ExplanationPool, rng: random.Random, notes: bool = False) -> dict:
+    """The gold critique of `chain` with corruption `name` (which must apply) made to it (with `notes`: the
+    critique whose steps say what the image shows, kept as they are: only verdicts and explanations are corrupted)."""
+    gold = critique.gold_critique(chain, notes=notes)
     rejected = copy.deepcopy(gold)
     if not CORRUPTIONS[name](chain, rejected, pool, rng):
         raise AssertionError(f"{chain['chain_id']}: corruption {name} does not apply")

@@ -48,6 +48,12 @@ CRITIQUE_FORMAT_EXAMPLE = critique.format_critique({
               {"step": 2, "correct": False, "explanation": "What is wrong with step 2."}],
     "answer_correct": False,
 })
+CRITIQUE_NOTES_FORMAT_EXAMPLE = critique.format_critique({
+    "steps": [{"step": 1, "shows": "What the image shows about step 1.", "correct": True},
+              {"step": 2, "shows": "What the image shows about step 2.", "correct": False,
+               "explanation": "What is wrong with step 2."}],
+    "answer_correct": False,
+})
 
 
 # ----------------------------------------------------------------------------- templates
@@ -155,16 +161,18 @@ def _step_texts(chain: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------- critique
 
-def critique_messages(chain: dict, template: str | PromptTemplate | None = None) -> list[dict]:
-    """The user turn asking for a full step-by-step critique in the JSON format of `critique.py`."""
+def critique_messages(chain: dict, template: str | PromptTemplate | None = None, notes: bool = False) -> list[dict]:
+    """The user turn asking for a full step-by-step critique in the JSON format of `critique.py` (with `notes`:
+    what the image shows about each step, before its verdict)."""
+    variables = {"notes": True} if notes else {}  # only when set, so user templates without the variable still work
     text = _resolve(template, "critique").render(
         question=chain["question"], steps=_step_texts(chain), final_answer=chain.get("final_answer") or "",
-        format_example=CRITIQUE_FORMAT_EXAMPLE)
+        format_example=CRITIQUE_NOTES_FORMAT_EXAMPLE if notes else CRITIQUE_FORMAT_EXAMPLE, **variables)
     return [_shown(chain, text)]
 
 
-def critique_target(chain: dict) -> str:
-    return critique.format_critique(critique.gold_critique(chain))
+def critique_target(chain: dict, notes: bool = False) -> str:
+    return critique.format_critique(critique.gold_critique(chain, notes=notes))
 
 
 # ----------------------------------------------------------------------------- verifier tasks
@@ -250,21 +258,7 @@ def _prm_conversation(chain: dict, judgements: list[str], template, notes: bool 
     return messages
 
 
-def prm_note(step: dict) -> str | None:
-    """What a note-writing PRM writes before its verdict: the step as it should read.
-
-    Why a note: the synthetic labels are built so that neither a step's words nor the image alone predict them,
-    only the two together (an XOR), and a model trained from scratch on the verdict alone gets no gradient
-    towards either half: it stays at the label prior. Writing the step as the image has it first is a plain
-    look-up with a signal of its own, and the verdict then compares two pieces of text (README, "a critic that learns").
-    A correct step reads as it is; an incorrect one as its `correction`, or, when no rewording fixes it
-    (irrelevant, repeated), as its first reference critique; None when an incorrect step has neither.
-    """
-    if step.get("correct") is not False:
-        return step["text"]
-    if step.get("correction"):
-        return step["correction"]
-    return (step.get("explanations") or [None])[0]
+prm_note = critique.step_note  # the PRM's note is the critique's: the step as the image has it
 
 
 def prm_turn(judgement: str, note: str | None = None) -> str:

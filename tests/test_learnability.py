@@ -298,3 +298,24 @@ def test_grpo_sharpens_an_unsure_critic_with_the_verdict_reward(workdir, critiqu
     assert 1 - accuracy <= (1 - before_accuracy) / 2  # at least half of the sampled wrong verdicts put right
     assert accuracy >= majority + 0.25
     assert blind_accuracy <= majority + 0.1
+
+
+def test_critique_writer_with_notes_learns_to_read_the_image(workdir, critique_template):
+    """A critique writer that says what the image shows before each verdict (`--critique-notes`), read as the
+    `prm:` judge reads a note-writing PRM (`hf:...,structured=true,notes=true`): from the words it gives the step
+    as the image's note. Two claims per picture, one true and one false: the verdict alone would be an XOR."""
+    chains = easy_chains(N_IMAGES, seed=4 + 10 * SEED, claims=("red", "blue"))
+    data, held_out = build(chains, "critique-sft", workdir / "notes-data", critique_notes=True,
+                           template=critique_template)
+    out = train("critique-sft.yaml", data, workdir / "notes", max_steps=80, learning_rate=3e-3, **FAST)
+    spec = f"hf:{out},template={critique_template},structured=true,notes=true,max_new_tokens=16,batch_size=40"
+    incorrect = [c["steps"][0]["correct"] is False for c in held_out]
+    seen, blind = judge(spec, held_out), judge(spec + ",blank_image=true", held_out)
+    accuracy = sum(c.verdicts[0] is not bad for c, bad in zip(seen, incorrect)) / len(incorrect)
+    seen_auc = auc(incorrect, [c.p_incorrect[0] for c in seen])
+    blind_auc = auc(incorrect, [c.p_incorrect[0] for c in blind])
+    print(f"critique writer with notes: held-out verdict accuracy {accuracy:.3f}, AUC {seen_auc:.3f}; "
+          f"blank AUC {blind_auc:.3f}")
+    assert accuracy >= 0.9 and all(c.valid for c in seen)
+    assert seen_auc >= 0.9
+    assert abs(blind_auc - 0.5) <= 0.2

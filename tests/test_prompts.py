@@ -57,6 +57,12 @@ def test_golden_critique(fixture_chain):
     check_golden("critique", as_text(messages))
 
 
+def test_golden_critique_with_notes(fixture_chain):
+    """A note-writing critic's prompt asks for "shows" before each verdict, and its target has it, step by step."""
+    target = prompts.assistant_turn(prompts.critique_target(fixture_chain, notes=True))
+    check_golden("critique_notes", as_text(prompts.critique_messages(fixture_chain, notes=True) + [target]))
+
+
 @pytest.mark.parametrize("task", list(prompts.VERIFIER_TASKS))
 def test_golden_verifier(fixture_chain, task):
     messages = prompts.verifier_messages(task, fixture_chain, 1)

@@ -101,12 +101,12 @@ class GenerativeJudge(Judge):
     """Base of the text-generating judges. Subclasses implement `generate` (and may add options)."""
 
     OPTIONS = {"mode": str, "strategy": str, "task": str, "template": str, "max_tokens": int,
-               "temperature": float, "batch_size": int, "max_questions": int, "strict": bool}
+               "temperature": float, "batch_size": int, "max_questions": int, "strict": bool, "notes": bool}
 
     def __init__(self, spec: str, target: str | None = None, mode: str = "critique", strategy: str = "direct",
                  task: str = "logic_correctness", template: str | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, batch_size: int = 8, max_questions: int = 3, strict: bool = False,
-                 **options):
+                 notes: bool = False, **options):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODES)}")
         if strategy not in STRATEGIES:
@@ -120,10 +120,14 @@ class GenerativeJudge(Judge):
                 raise ValueError(f"unknown verifier task {task!r}; expected one of {list(VERIFIER_TASKS)}")
         if strict:  # only when set, so the fingerprints (cache keys) of lenient judges stay as they were
             options["strict"] = True
+        if notes:  # the critique prompt that asks what the image shows about each step (`data build --critique-notes`)
+            if mode != "critique":
+                raise ValueError("notes=true asks for critiques that say what the image shows: it needs mode=critique")
+            options["notes"] = True
         super().__init__(spec, target=target, mode=mode, strategy=strategy, task=task, template=template,
                          max_tokens=max_tokens, temperature=temperature, batch_size=batch_size,
                          max_questions=max_questions, **options)
-        self.strict = strict
+        self.strict, self.notes = strict, notes
         self.target, self.mode, self.strategy, self.task = target, mode, strategy, task
         self.template, self.max_tokens, self.temperature = template, max_tokens, temperature
         self.batch_size, self.max_questions = batch_size, max_questions
@@ -182,7 +186,7 @@ class GenerativeJudge(Judge):
     def critique_prompt(self, chain: dict) -> Prompt:
         from stepcritic.data_prep.prompts import critique_messages
 
-        return chain_prompt(critique_messages(chain, self.prompt_template), chain)
+        return chain_prompt(critique_messages(chain, self.prompt_template, self.notes), chain)
 
     def verifier_steps(self, chain: dict) -> list[int | None]:
         """Which steps to ask about: MiCEval asks a task only where it applies (description tasks on

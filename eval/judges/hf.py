@@ -1,6 +1,9 @@
 """A local transformers vision-language judge: a base model, a trained critic, or a LoRA adapter folder.
 
 `hf:MODEL_DIR[,mode=critique|verifier|score][,task=...][,max_new_tokens=256][,temperature=0]`.
+With `structured=true,notes=true` (a critic trained with `data build --critique-notes`), each step's verdict is read
+from the note the critic writes about it, as the `prm:` judge reads a note-writing PRM: P(step correct) is the
+probability it gives to the step's own text as what the image shows, at the least likely token.
 Prompts are generated in batches of `batch_size` with left padding (so every row's answer starts at the
 same position) and greedy decoding unless `temperature` > 0. The model loads on first use, so building
 the judge to check the cache costs nothing.
@@ -65,8 +68,14 @@ class HFJudge(GenerativeJudge):
             prompt = self.critique_prompt(chain)
             text = processor.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=False)
             images = [to_rgb(image) for image in prompt.images]
-            reply = Reply(text=decoder.critique(text, images, len(chain["steps"])))
-            critiques.append(critique_from_reply(chain, reply))
+            if not self.notes:
+                critiques.append(critique_from_reply(chain, Reply(decoder.critique(text, images, len(chain["steps"])))))
+                continue
+            written, p_correct = decoder.critique_with_notes(text, images, [s["text"] for s in chain["steps"]])
+            critique = critique_from_reply(chain, Reply(written))
+            critique.p_incorrect = [1.0 - p for p in p_correct]
+            critique.extra = {**(critique.extra or {}), "p_correct": p_correct}
+            critiques.append(critique)
         return critiques
 
     def pick_best(self, chains: list[dict]) -> int | None:

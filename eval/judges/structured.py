@@ -102,6 +102,43 @@ class StructuredDecoder:
             logits = self.model(**batch, logits_to_keep=1).logits[0, -1]
         return max(range(len(letters)), key=lambda k: float(logits[firsts[k]]))
 
+    def text_probability(self, prompt, written: str, text: str) -> float:
+        """The least probability of any token of `text` (and the quote that closes it) right after `written`."""
+        import torch
+
+        prompt_ids, cache = prompt
+        n_known = self._ids(written).shape[1]
+        ids = self._ids(written + text + '"')
+        mask = torch.ones(1, prompt_ids.shape[1] + ids.shape[1], dtype=torch.long, device=ids.device)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+        self._rewind(cache, prompt_ids.shape[1])
+        probs = logits[0].float().softmax(-1)
+        positions = torch.arange(n_known, ids.shape[1], device=ids.device)
+        return float(probs[positions - 1, ids[0, positions]].min())
+
+    def critique_with_notes(self, prompt_text: str, images: list, steps: list[str],
+                            threshold: float = 0.5) -> tuple[str, list[float]]:
+        """The critique JSON of a critic that writes what the image shows ("shows") before each verdict, and per
+        step P(correct): the probability of the step's own text as that note (`text_probability`). The verdict
+        written is that probability against `threshold`, so the JSON says what the scores say; the note written
+        is the critic's own (greedy), and stays in the context for the later steps, as in training."""
+        prompt = self._prefill(prompt_text, images)
+        out, p_correct = '{"steps": [', []
+        for k, step in enumerate(steps, 1):
+            out += ("" if k == 1 else ", ") + f'{{"step": {k}, "shows": "'
+            p_correct.append(self.text_probability(prompt, out, step))
+            out += self.continue_until_quote(prompt, out) + '", "correct":'
+            verdict = VERDICTS[0] if p_correct[-1] >= threshold else VERDICTS[1]
+            out += verdict
+            if verdict == VERDICTS[1]:
+                out += ', "explanation": "'
+                out += self.continue_until_quote(prompt, out) + '"'
+            out += "}"
+        out += '], "answer_correct":'
+        out += self.choose(prompt, out) + "}"
+        return out, p_correct
+
     def critique(self, prompt_text: str, images: list, n_steps: int) -> str:
         """The critique JSON for a chain of `n_steps` steps; `prompt_text` ends with the generation prompt."""
         prompt = self._prefill(prompt_text, images)
