@@ -24,11 +24,34 @@ def test_quick_demo_writes_a_report_with_trained_critics_and_baselines(tmp_path)
     assert any(stage.startswith("train PRM") for stage in timings["timings_s"])
     assert timings["total_s"] == sum(timings["timings_s"].values())
 
-    # the leaderboard holds the trained critics, the blank-image ablation and every baseline
-    for judge in ("`prm:", "`hf:", "`text-only:prm:", "`always-correct`", "`random", "`majority`"):
+    # the leaderboard holds the trained critics, the blank-image ablation, the prompted base and every baseline
+    for judge in ("`prm:", "`hf:", "`text-only:prm:", "`step-check:", "`always-correct`", "`random", "`majority`"):
         assert judge in report, judge
-    assert "## Targets" in report and ("met" in report)
     metrics = json.loads((out / "eval" / "metrics.json").read_text())
+
+    # every target is measured from metrics.json, and its verdict follows from the measurement and the threshold
+    from stepcritic.eval.demo import TARGETS
+
+    targets = {t["target"]: t for t in json.loads((out / "targets.json").read_text())}
+    assert set(targets) == {"prm_f1", "prm_auroc", "prm_kind_auroc", "margin_over_prompted", "margin_over_trivial",
+                            "writer", "blank", "best_of_n"}
+    prm = next(k for k in metrics["judges"] if k.startswith("prm:"))
+    step = metrics["judges"][prm]["overall"]["critique"]["step"]
+    assert targets["prm_f1"]["measured"] == round(step["f1"] or 0.0, 3)
+    assert targets["prm_f1"]["met"] == (targets["prm_f1"]["measured"] >= TARGETS["prm_f1"])
+    assert targets["prm_auroc"]["measured"] == round(step["auroc"], 3)
+    kinds = metrics["judges"][prm]["breakdowns"]["step_kind"]
+    assert set(targets["prm_kind_auroc"]["measured"]) == set(kinds) >= {"answer", "count"}
+    trivial = targets["margin_over_trivial"]["measured"]
+    assert trivial["trivial"] == max(round(metrics["judges"][j]["overall"]["critique"]["step"]["f1"] or 0.0, 3)
+                                     for j in ("always-correct", "random,rate=1.0,seed=0", "random,rate=0.5,seed=0",
+                                               "majority"))
+    assert trivial["margin"] == pytest.approx(targets["prm_f1"]["measured"] - trivial["trivial"], abs=2e-3)
+    bon = metrics["judges"][prm]["overall"]["best-of-n"]["full"]
+    assert targets["best_of_n"]["measured"] == {"prm": bon["chain"], "majority": bon["majority"]}
+    assert targets["best_of_n"]["met"] == (bon["chain"] > bon["majority"])
+    for t in targets.values():
+        assert f"{t['text']}: measured" in report and ("**met**" if t["met"] else "**not met**") in report
     always = next(v for k, v in metrics["judges"].items() if k == "always-correct")
     assert always["overall"]["critique"]["step"]["recall"] == 0.0  # a judge that never flags finds nothing
     for name in ("prm", "critique-sft", "critique-dpo"):  # DPO may save a LoRA adapter over the SFT critic
