@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 
 from stepcritic.eval.cache import JsonlLog
-from stepcritic.eval.runner import EvalError
+from stepcritic.eval.errors import EvalError
 
 
 def content_key(*parts) -> str:

@@ -10,10 +10,11 @@ import argparse
 import os
 
 from stepcritic.eval.best_of_n import DEFAULT_MAX_SUBSETS
+from stepcritic.eval.errors import EvalError
 from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.metrics import DEFAULT_RPTS_LAMBDA, DEFAULT_RPTS_THRESHOLD
 from stepcritic.eval.rpts_tree import CLUE_MATCHERS
-from stepcritic.eval.runner import DEFAULT_TASKS, TASKS, EvalError
+from stepcritic.eval.runner import DEFAULT_TASKS, TASKS
 from stepcritic.eval.sweep import DEFAULT_DEV_FRACTION, DEFAULT_SEED
 
 EPILOG = """\
@@ -144,8 +145,9 @@ def main(args: argparse.Namespace) -> int:
     settings = rpts_settings(args)
     check_options(args)
     from stepcritic.eval.cache import saved_sizes
+    from stepcritic.eval.errors import FailedRequests
     from stepcritic.eval.judge_matcher import build as build_matcher
-    from stepcritic.eval.runner import FailedRequests, build_judge, evaluate
+    from stepcritic.eval.runner import build_judge, evaluate
 
     judges, builder, corrector, matcher = [], None, None, None
     before = None  # the cache's files when judging began

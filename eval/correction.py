@@ -31,7 +31,7 @@ import re
 from stepcritic.data_prep.schema import chain_images
 from stepcritic.eval.asking import ask, content_key, is_generative
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir, write_jsonl_atomic
-from stepcritic.eval.runner import EvalError
+from stepcritic.eval.errors import EvalError
 
 TEMPLATE = "correction"
 SETTINGS = ("gold", "own")  # the critique shown: the data's, or the judge's own

@@ -22,9 +22,9 @@ import os
 
 from stepcritic.eval.asking import ask, content_key, is_generative
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir
+from stepcritic.eval.errors import EvalError
 from stepcritic.eval.matchers import JUDGE_PREFIX as PREFIX
 from stepcritic.eval.matchers import parse_yes_no
-from stepcritic.eval.runner import EvalError
 
 TEMPLATE = "explanation_match"
 

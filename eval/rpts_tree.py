@@ -33,7 +33,7 @@ import sys
 from collections import Counter
 
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir
-from stepcritic.eval.runner import EvalError
+from stepcritic.eval.errors import EvalError
 
 VISUAL, TEXTUAL = "visual", "textual"
 ERROR_KINDS = ("unreadable", "steps", "dangling", "cycle", "order")

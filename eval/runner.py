@@ -22,20 +22,13 @@ from collections import defaultdict
 from stepcritic.errors import UserError
 from stepcritic.eval import tasks as registry
 from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, is_judgment, write_jsonl_atomic
+from stepcritic.eval.errors import EvalError, FailedRequests
 from stepcritic.eval.judges.base import Critique, Judge, RequestFailed, best_index
 
 TASKS = tuple(registry.TASKS)
 DEFAULT_TASKS = tuple(name for name, task in registry.TASKS.items() if task.default)
 OPTION_LETTERS = "ABCD"
 MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains per group, like A-D options
-
-
-class EvalError(UserError, RuntimeError):
-    """Bad input or a failing judge; the message is one line meant for the person running the command."""
-
-
-class FailedRequests(EvalError):
-    """Some requests got no answer: nothing of them was cached, and the message says how to ask them again."""
 
 
 # ----------------------------------------------------------------------------- judges
