@@ -152,10 +152,11 @@ def test_recipe_trains_one_step_on_built_data(path, built, checkpoints, tmp_path
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=name_of)
-def test_dry_run_passes_on_built_data(path, built, checkpoints):
+def test_dry_run_passes_on_built_data(path, built, checkpoints, tmp_path):
     from stepcritic.train.preflight import dry_run
 
-    recipe, argv = overrides_for(path, built, checkpoints)
+    # a folder of its own: the recipe's output_dir may hold a finished model
+    recipe, argv = overrides_for(path, built, checkpoints, tmp_path / "run")
     out, err = io.StringIO(), io.StringIO()
     assert dry_run(parse_recipe(path, argv), out, err) == 0, err.getvalue()
     report = out.getvalue()

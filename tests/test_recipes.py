@@ -1,6 +1,7 @@
 """Every shipped recipe parses with the real parser and builds its model class (tiny config, same architecture)
 with its LoRA setting; the parser is strict; the accelerate configs are complete."""
 
+import re
 import warnings
 from pathlib import Path
 
@@ -16,7 +17,7 @@ RECIPES = sorted(p for p in RECIPES_DIR.rglob("*.yaml") if ACCELERATE_DIR not in
 ACCELERATE_CONFIGS = sorted(ACCELERATE_DIR.glob("*.yaml"))
 TINY_SFT = RECIPES_DIR / "tiny" / "critique-sft.yaml"
 REAL_SFT = RECIPES_DIR / "qwen2.5-vl-7b" / "sft-lora.yaml"
-# The families added for issue 15 (Qwen3-VL, Gemma 3, InternVL3): each folder ships the four LoRA methods.
+# The Qwen3-VL, Gemma 3 and InternVL3 families: each folder ships the four LoRA methods.
 NEW_FAMILY_FOLDERS = ("qwen3-vl-4b", "qwen3-vl-8b", "gemma-3-4b", "internvl3-2b", "internvl3-8b")
 CONFIG_CLASSES = {"sft": "SFTConfig", "prm": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig",
                   "reward": "RewardModelConfig"}
@@ -53,7 +54,14 @@ def test_recipe_parses(path):
         recipe = parse_recipe(path)
     assert type(recipe.training_args).__name__ == CONFIG_CLASSES[recipe.method]
     assert recipe.script_args.dataset_kind in DATASET_KINDS[recipe.method]
-    assert recipe.training_args.output_dir.startswith("outputs/")
+    if name_of(path).startswith("tiny/"):  # the README's folders: data from `stepcritic data build`, models to runs/
+        assert recipe.script_args.dataset_path == f"data/{recipe.script_args.dataset_kind}"
+        assert recipe.training_args.output_dir.startswith("runs/")
+        # a rerun resumes instead of training again from the start
+        assert recipe.training_args.save_strategy == "steps" and recipe.training_args.save_total_limit <= 2
+        assert recipe.training_args.save_steps <= recipe.training_args.max_steps
+    else:
+        assert recipe.training_args.output_dir.startswith("outputs/")
     if recipe.script_args.tiny_model:
         assert recipe.training_args.use_cpu and recipe.training_args.report_to in ("none", [])
     else:
@@ -195,12 +203,29 @@ def test_command_line_form():
         parse_recipe_argv(["--seed", "3"])
 
 
-@pytest.mark.parametrize("folder", sorted({p.parent for p in RECIPES} | {ACCELERATE_DIR}), ids=lambda p: p.name)
-def test_every_folder_documents_its_recipes(folder):
-    readme = (folder / "README.md").read_text()
-    assert "accelerate launch" in readme or "python -m stepcritic.train" in readme
-    for recipe in folder.glob("*.yaml"):
-        assert recipe.name in readme, f"{recipe.name} is not described in {folder.name}/README.md"
+def _launch_lines(readme: str) -> str:
+    """The README's ```bash blocks, continuation lines joined."""
+    return "\n".join(re.findall(r"^```bash\n(.*?)^```", readme, flags=re.S | re.M)).replace("\\\n", " ")
+
+
+@pytest.mark.parametrize("folder", sorted({p.parent for p in RECIPES}), ids=lambda p: p.name)
+def test_every_folder_shows_how_to_launch_each_recipe(folder):
+    """Each recipe of the folder is the --config of a command in its README, and every recipe and launcher config
+    a command names exists."""
+    launches = _launch_lines((folder / "README.md").read_text())
+    configs = {c if c.endswith(".yaml") else f"recipes/{c}.yaml" for c in re.findall(r"--config[ =](\S+)", launches)}
+    root = RECIPES_DIR.parent
+    assert {f"recipes/{folder.name}/{r.name}" for r in folder.glob("*.yaml")} <= configs, folder.name
+    for path in configs | set(re.findall(r"--config_file[ =](\S+)", launches)):
+        assert (root / path).is_file(), f"{folder.name}/README.md launches {path}, which does not exist"
+
+
+def test_the_launcher_readme_describes_every_config():
+    readme = (ACCELERATE_DIR / "README.md").read_text()
+    described = set(re.findall(r"^\| `([\w.-]+\.yaml)` \|", readme, flags=re.M))
+    assert described == {p.name for p in ACCELERATE_CONFIGS}
+    for path in re.findall(r"--config_file[ =](\S+)", _launch_lines(readme)):
+        assert (RECIPES_DIR.parent / path).is_file(), path
 
 
 @pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=lambda p: p.name)

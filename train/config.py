@@ -365,63 +365,60 @@ def _recipe_file(config: str | Path) -> str:
         raise RecipeError(str(err)) from err
 
 
-def _value_rules(method: str, script_args, model_args, training_args) -> list:
-    """(key, value, holds, requirement) for every value a run cannot start with; types are the parser's job."""
-    targs = training_args
-    strategy = getattr(targs.save_strategy, "value", targs.save_strategy)
-    evaluates = getattr(targs.eval_strategy, "value", targs.eval_strategy) == "steps"
+def _value_rules(method: str, values) -> list:
+    """(key, holds, requirement) for every value a run cannot start with; `values` has every key as an attribute
+    (the parsed command line). Types are the parser's job."""
+    def setting(key):
+        value = getattr(values, key, None)
+        return getattr(value, "value", value)  # an enum's value (save_strategy: "steps")
+
     positive, at_least_1 = (lambda v: v > 0, "greater than 0"), (lambda v: v >= 1, "at least 1")
     not_negative = (lambda v: v >= 0, "0 or more")
     below_1 = (lambda v: 0 <= v < 1, "from 0 up to (not including) 1")
-    optional = lambda rule: (lambda v: v is None or rule[0](v), rule[1])  # noqa: E731 (a rule that allows null)
     rules = [
-        ("learning_rate", targs.learning_rate, *positive),
-        ("per_device_train_batch_size", targs.per_device_train_batch_size, *at_least_1),
-        ("per_device_eval_batch_size", targs.per_device_eval_batch_size, *at_least_1),
-        ("gradient_accumulation_steps", targs.gradient_accumulation_steps, *at_least_1),
-        ("max_steps", targs.max_steps, lambda v: v > 0 or v == -1,
-         "a number of optimiser steps above 0, or -1 to train `num_train_epochs`"),
-        ("warmup_steps", targs.warmup_steps, *not_negative),
-        ("weight_decay", targs.weight_decay, *not_negative),
-        ("logging_steps", targs.logging_steps, *positive),
-        ("save_total_limit", targs.save_total_limit, *optional(at_least_1)),
-        ("max_length", getattr(targs, "max_length", None), *optional(positive)),
-        ("max_train_samples", script_args.max_train_samples, *optional(at_least_1)),
-        ("max_eval_samples", script_args.max_eval_samples, *optional(at_least_1)),
-        ("max_image_size", script_args.max_image_size, *optional(at_least_1)),
-        ("max_train_minutes", script_args.max_train_minutes, *optional(positive)),
-        ("tiny_vision_pretrain_steps", script_args.tiny_vision_pretrain_steps, *not_negative),
-        ("tiny_base_pretrain_steps", script_args.tiny_base_pretrain_steps, *not_negative),
-        ("dataloader_num_workers", targs.dataloader_num_workers, *not_negative),
+        ("learning_rate", *positive),
+        ("per_device_train_batch_size", *at_least_1),
+        ("per_device_eval_batch_size", *at_least_1),
+        ("gradient_accumulation_steps", *at_least_1),
+        ("max_steps", lambda v: v > 0 or v == -1, "a number of optimiser steps above 0, or -1 to train "
+                                                   "`num_train_epochs`"),
+        ("weight_decay", *not_negative),
+        ("logging_steps", *positive),
+        ("save_total_limit", *at_least_1),
+        ("max_length", *positive),
+        ("max_train_samples", *at_least_1),
+        ("max_eval_samples", *at_least_1),
+        ("max_image_size", *at_least_1),
+        ("max_train_minutes", *positive),
+        ("tiny_vision_pretrain_steps", *not_negative),
+        ("tiny_base_pretrain_steps", *not_negative),
+        ("dataloader_num_workers", *not_negative),
     ]
-    if targs.max_steps <= 0:  # the epochs decide how long the run is
-        rules.append(("num_train_epochs", targs.num_train_epochs, *positive))
-    if strategy == "steps":
-        rules.append(("save_steps", targs.save_steps, *positive))
-    if evaluates:
-        rules.append(("eval_steps", targs.eval_steps, *optional(positive)))
-    if model_args.use_peft:
-        rules += [("lora_r", model_args.lora_r, *at_least_1), ("lora_alpha", model_args.lora_alpha, *positive),
-                  ("lora_dropout", model_args.lora_dropout, *below_1)]
+    if (setting("max_steps") or -1) <= 0:  # the epochs decide how long the run is
+        rules.append(("num_train_epochs", *positive))
+    if setting("save_strategy") == "steps":
+        rules.append(("save_steps", *positive))
+    if setting("eval_strategy") == "steps":
+        rules.append(("eval_steps", *positive))
+    if setting("use_peft"):
+        rules += [("lora_r", *at_least_1), ("lora_alpha", *positive), ("lora_dropout", *below_1)]
     if method == "dpo":  # beta 0 makes the loss a constant: nothing would be learnt
-        rules.append(("beta", targs.beta, *positive))
+        rules.append(("beta", *positive))
     if method == "grpo":
-        rules += [("num_generations", targs.num_generations, lambda v: v >= 2,
-                   "at least 2 (GRPO compares several samples of one prompt)"),
-                  ("max_completion_length", targs.max_completion_length, *positive),
-                  ("temperature", targs.temperature, *positive),
-                  ("beta", targs.beta, *not_negative)]
+        rules += [("num_generations", lambda v: v >= 2, "at least 2 (GRPO compares several samples of one prompt)"),
+                  ("max_completion_length", *positive), ("temperature", *positive), ("beta", *not_negative)]
     if method == "reward":
-        rules.append(("value_head_dropout", targs.value_head_dropout, *below_1))
-    return rules
+        rules.append(("value_head_dropout", *below_1))
+    return [(key, setting(key), holds, requirement) for key, holds, requirement in rules]
 
 
-def first_senseless_value(method: str, script_args, model_args, training_args) -> tuple[str, str] | None:
+def first_senseless_value(method: str, values) -> tuple[str, str] | None:
     """(key, one line) for the first recipe value that cannot train (a learning rate of -1, a batch of 0), or None.
 
-    Checked by every parse, so a dry run and a real run refuse the same values before anything loads."""
-    for key, value, holds, requirement in _value_rules(method, script_args, model_args, training_args):
-        if not holds(value):
+    Checked by every parse, before the configs' own checks (whose messages do not always name the key), so a dry
+    run and a real run refuse the same values before anything loads. A null is left to the parser."""
+    for key, value, holds, requirement in _value_rules(method, values):
+        if value is not None and not holds(value):
             return key, f"`{key}` must be {requirement}, got {value!r}"
     return None
 
@@ -468,6 +465,10 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
     launcher_argv, launcher_notes = _launcher_overrides(os.environ)
     argv += launcher_argv
     adjustments += launcher_notes
+    problem = first_senseless_value(method, parser.parse_known_args(argv)[0])
+    if problem:
+        key, text = problem
+        raise RecipeError(f"{'override' if key in overridden else path}: {text}")
     try:
         script_args, model_args, training_args = parser.parse_args_into_dataclasses(
             args=argv, look_for_args_file=False
@@ -479,10 +480,6 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
 
     if not script_args.tiny_model and not model_args.model_name_or_path:
         raise RecipeError(f"{where}: `model_name_or_path` is required unless `tiny_model: true`")
-    problem = first_senseless_value(method, script_args, model_args, training_args)
-    if problem:
-        key, text = problem
-        raise RecipeError(f"{'override' if key in overridden else path}: {text}")
     for note in adjustments:
         logger.info("%s: %s", path, note)
     return Recipe(script_args, model_args, training_args, source=str(path), adjustments=adjustments,

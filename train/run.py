@@ -139,7 +139,8 @@ def summary(recipe, metrics: dict, log_history: list, steps: int, resumed_at: in
         facts.append(f"mean loss {metrics['train_loss']:.4g}")
     if isinstance(metrics.get("eval_loss"), (int, float)):
         facts.append(f"eval loss {metrics['eval_loss']:.4g}")
-    return (f"saved the {method} critic to {args.output_dir} after {steps:,} steps ({'; '.join(facts)}); "
+    return (f"saved the {method} critic to {args.output_dir} after {steps:,} step{'' if steps == 1 else 's'} "
+            f"({'; '.join(facts)}); "
             f"evaluate it with: {eval_command(method, args.output_dir, recipe.script_args.dataset_kind)}")
 
 
