@@ -40,10 +40,6 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                    help="output folder for the chains dataset and stats.json (not the input's or the image root's)")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="fail: stop at the first bad record (default); skip: keep going and list every skipped record")
-    p.add_argument("--critique-notes", action="store_true",
-                   help="critique-sft / critique-pref only: every step of the critique first says what the image shows "
-                        "about it (\"shows\": the step itself when correct, its correction or else its first "
-                        "reference critique when not), then its verdict; judge with hf:...,notes=true")
     p.add_argument("--num-proc", type=int, default=1,
                    help="worker processes that convert and check records, images included (default 1); the output "
                         "is the same for any number")
@@ -98,6 +94,10 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                    help="prm-sft only: before each +/- the PRM writes the step as it should read (the step itself "
                         "when correct, its correction or else its first reference critique when not); scoring then "
                         "generates the note first")
+    p.add_argument("--critique-notes", action="store_true",
+                   help="critique-sft / critique-pref only: every step of the critique first says what the image shows "
+                        "about it (\"shows\": the step itself when correct, its correction or else its first "
+                        "reference critique when not), then its verdict; judge with hf:...,notes=true")
     p.add_argument("--num-proc", type=int, default=1,
                    help="worker processes that check the chains and make and encode the rows (default 1); the "
                         "dataset and build_stats.json are the same for any number")
