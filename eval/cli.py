@@ -10,6 +10,7 @@ import argparse
 import os
 
 from stepcritic.eval.best_of_n import DEFAULT_MAX_SUBSETS
+from stepcritic.eval.config import EvalConfig
 from stepcritic.eval.errors import EvalError
 from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.metrics import DEFAULT_RPTS_LAMBDA, DEFAULT_RPTS_THRESHOLD
@@ -169,10 +170,10 @@ def main(args: argparse.Namespace) -> int:
             corrector = build_judge(args.corrector)
         matcher = build_matcher(args.matcher, args.out, not args.no_progress)  # a bad judge: spec fails before judging
         before = saved_sizes(args.out)
-        evaluate(args.chains, judges, args.out, tasks=args.tasks, limit=args.limit, matcher=matcher,
-                 progress=not args.no_progress, rpts=settings, tree_builder=builder, corrector=corrector,
-                 sweep={"dev_fraction": args.sweep_dev, "seed": args.sweep_seed},
-                 best_of_n={"max_subsets": args.bon_subsets}, allow_failures=args.allow_failures)
+        evaluate(EvalConfig(chains=args.chains, judges=judges, out_dir=args.out, tasks=args.tasks, limit=args.limit,
+                            matcher=matcher, progress=not args.no_progress, rpts=settings, tree_builder=builder,
+                            corrector=corrector, sweep={"dev_fraction": args.sweep_dev, "seed": args.sweep_seed},
+                            best_of_n={"max_subsets": args.bon_subsets}, allow_failures=args.allow_failures))
     except FailedRequests:
         raise  # its message says what a rerun does
     except EvalError as e:

@@ -192,8 +192,10 @@ def main(args: argparse.Namespace) -> int:
     judges = [build_judge(spec) for spec in specs]
     names = dict(zip(specs, (j.name for j in judges)))
     eval_dir = os.path.join(out, "eval")
-    metrics = stages.run("evaluate on held-out chains", evaluate, os.path.join(data, "test-chains"), judges,
-                         eval_dir, tasks=DEFAULT_TASKS)
+    from stepcritic.eval.config import EvalConfig
+
+    metrics = stages.run("evaluate on held-out chains", evaluate,
+                         EvalConfig(os.path.join(data, "test-chains"), judges, eval_dir, tasks=DEFAULT_TASKS))
 
     named = {role: [names[s] for s in spec] if isinstance(spec, list) else names[spec] for role, spec in roles.items()}
     targets = check_targets(metrics, named)

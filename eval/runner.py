@@ -22,11 +22,11 @@ from collections import defaultdict
 from stepcritic.errors import UserError
 from stepcritic.eval import tasks as registry
 from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, is_judgment, write_jsonl_atomic
+from stepcritic.eval.config import DEFAULT_TASKS, EvalConfig  # noqa: F401  (DEFAULT_TASKS: read from here by callers)
 from stepcritic.eval.errors import EvalError, FailedRequests
 from stepcritic.eval.judges.base import Critique, Judge, RequestFailed, best_index
 
 TASKS = tuple(registry.TASKS)
-DEFAULT_TASKS = tuple(name for name, task in registry.TASKS.items() if task.default)
 OPTION_LETTERS = "ABCD"
 MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains per group, like A-D options
 
@@ -357,23 +357,30 @@ def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions:
     return runs, left_out
 
 
-def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_TASKS, limit: int | None = None,
-             matcher="lexical", progress: bool = True, log=print, rpts=None, tree_builder=None, corrector=None,
-             sweep: dict | None = None, best_of_n: dict | None = None, allow_failures: bool = False) -> dict:
-    """Judge, cache, and write predictions.jsonl, metrics.json, report.md and plots/ under `out_dir`.
-
-    `rpts` holds RPTS's settings (`rpts.Settings`, None for the defaults) and `tree_builder` the generative judge
-    that restates chains without premises as trees (`rpts_tree`); both only matter to the `rpts` task. `matcher` is
-    "lexical", "embedding", "judge:SPEC" (`judge_matcher.build`) or a matcher object. `corrector` is the generative
-    judge of the `correction` task (None: each generative judge corrects its own critiques). `sweep`
-    ({"dev_fraction", "seed"}) and `best_of_n` ({"max_subsets", "seed"}) override those tasks' defaults.
+def evaluate(config: EvalConfig | str, *args, **kwargs) -> dict:
+    """Judge, cache, and write predictions.jsonl, metrics.json, report.md and plots/ under `config.out_dir`.
 
     Requests that got no answer (`eval/failures.py`) stop the job with `FailedRequests` once every judge has run,
-    before any result is written; with `allow_failures` the chains and questions they leave unjudged are left out
-    of every judge's metrics and named in the report.
+    before any result is written; with `config.allow_failures` the chains and questions they leave unjudged are left
+    out of every judge's metrics and named in the report.
+
+    `evaluate(chains, judges, out_dir, tasks=..., ...)`, the call of earlier versions that scripts still make, takes
+    `EvalConfig`'s fields as arguments.
     """
+    if not isinstance(config, EvalConfig):
+        config = EvalConfig(config, *args, **kwargs)
+    elif args or kwargs:
+        raise TypeError("evaluate(config) takes no other argument: set them in the EvalConfig")
+    return _evaluate(config)
+
+
+def _evaluate(config: EvalConfig) -> dict:
     from stepcritic.eval import failures as failed
     from stepcritic.eval import report, results
+
+    chains_path, judges, out_dir, tasks = config.chains, config.judges, config.out_dir, config.tasks
+    limit, matcher, progress, log = config.limit, config.matcher, config.progress, config.log
+    rpts, tree_builder, corrector = config.rpts, config.tree_builder, config.corrector
 
     unknown = set(tasks) - set(TASKS)
     if unknown:
@@ -413,7 +420,7 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_
     runs = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
                                   wants_critiques, progress, wants_verifier) for judge in judges}
     failures = {name: run.pop("failures") for name, run in runs.items()}
-    if failed.any_failed(failures) and not allow_failures:
+    if failed.any_failed(failures) and not config.allow_failures:
         for name, run in runs.items():
             log(report.counts_line(name, run["run"]))
         raise FailedRequests(failed.message(failures, len(gold), len(questions)))
@@ -450,7 +457,8 @@ def evaluate(chains_path: str, judges: list[Judge], out_dir: str, tasks=DEFAULT_
         metrics = results.compute_metrics(gold, {name: r["predictions"] for name, r in runs.items()},
                                           {name: r["picks"] for name, r in runs.items()}, tasks=tasks, matcher=match,
                                           verifier={name: r["verifier"] for name, r in runs.items()}, rpts=rpts,
-                                          corrections=corrections, sweep=sweep, best_of_n=best_of_n)
+                                          corrections=corrections, sweep=config.sweep,
+                                          best_of_n=config.best_of_n)
     finally:
         if match is not matcher and hasattr(match, "close"):
             match.close()
