@@ -1,4 +1,4 @@
-"""Benchmarks, not tests: each module measures one thing and prints JSON; the README quotes their numbers.
+"""Benchmarks, not tests: each module measures one thing and prints JSON; docs/benchmarks.md holds their numbers.
 
     python -m stepcritic.bench.train_throughput --config RECIPE    training samples/s, tokens/s, MFU
     python -m stepcritic.bench.scoring                             PRM one-pass scoring vs writing critiques

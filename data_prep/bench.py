@@ -9,7 +9,7 @@ fresh child process, and its peak RSS is that child's own (`os.wait4`'s rusage: 
 the process, file pages it mapped included), so one stage never masks another. Prints a table per N and, with
 several N, each stage's time ratio largest/smallest N against the N ratio (linear growth: the same ratio).
 Targets: peak RSS under 2 GB at N = 200,000; time linear in N (200k/20k between 8 and 12).
-A benchmark, not a test: run it by hand and put the numbers in the README.
+A benchmark, not a test: run it by hand and put the numbers in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--bon-subsets", type=int, default=DEFAULT_MAX_SUBSETS, metavar="K",
                         help=f"best-of-n: N-subsets per question, all when there are at most K, else K drawn with a "
                              f"fixed seed (default {DEFAULT_MAX_SUBSETS})")
-    rpts = parser.add_argument_group("RPTS (--tasks rpts; README: Evaluation)")
+    rpts = parser.add_argument_group("RPTS (--tasks rpts; docs/methods.md)")
     rpts.add_argument("--tree-builder", metavar="SPEC",
                       help="a generative judge spec that restates chains without premises as RPTS trees (cached); "
                            "without it such chains get no RPTS")

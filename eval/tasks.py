@@ -3,7 +3,7 @@
 Each metric is registered once here with its task, its key (where `metrics.json` holds it, a dotted path
 inside the task's section), its direction, what it is aggregated over and its column header.
 `results.compute_metrics` computes the sections of the tasks asked and checks that every registered key of
-those tasks is there; `report` draws its tables from this list; the README's evaluation section lists it.
+those tasks is there; `report` draws its tables from this list; docs/metrics.md is generated from it (`metrics_doc`).
 A metric that is not registered is not advertised, and a registered one cannot go missing unnoticed.
 
 A new task adds a `Task`, its `Metric`s and its section function in `results.TASK_SECTIONS`; the runner, the

@@ -1,4 +1,4 @@
-"""Issue 13, item 4: `--tasks best-of-n`: each judge picks one of a question's N candidate chains (chain score, or
+"""`--tasks best-of-n`: each judge picks one of a question's N candidate chains (chain score, or
 min / mean / last of its step scores) against random pick (its expectation), majority vote and the oracle, for
 N = 1, 2, 4, ... with seeded subsets; registered, in metrics.json (None where undefined), the report and a plot."""
 

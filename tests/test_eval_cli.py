@@ -47,14 +47,25 @@ def test_help_lists_the_options_without_loading_heavy_libraries():
     assert result.returncode == 0
     for option in ("--chains", "--judge", "--out", "--tasks", "--limit", "--matcher"):
         assert option in result.stdout
-    assert "always-correct" in result.stdout  # the epilog explains judge specs
+    # the epilog's example specs are real: each builds a judge of the kind it names, with the options it shows
+    from stepcritic.eval.judges.registry import make_judge
+
+    examples = result.stdout.split("judge specs (repeat --judge to compare judges side by side):\n", 1)[1]
+    specs = [line.split()[0] for line in examples.splitlines()[:3]]
+    assert specs == ["always-correct", "random,rate=0.3,seed=0", "majority"]
+    judges = [make_judge(spec) for spec in specs]
+    assert [j.kind for j in judges] == ["always-correct", "random", "majority"]
+    assert (judges[1].rate, judges[1].seed) == (0.3, 0)
 
 
 def test_list_judges_needs_no_other_option(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.make_parser().parse_args(["--list-judges"])
     assert exit_info.value.code == 0
-    assert "random" in capsys.readouterr().out
+    from stepcritic.eval.judges.registry import KINDS
+
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line and not line.startswith(" ")]
+    assert listed == [*KINDS, "py"]  # every kind, in the registry's order, each once
 
 
 def test_list_judges_shows_every_option_and_mode_the_registry_accepts(capsys):

@@ -1,4 +1,4 @@
-"""Issue 13, item 3: `--tasks correction`, VISCO's correction stage (Sec. 3.1.2) with PCR, NCR and gain as VISCO defines
+"""`--tasks correction`, VISCO's correction stage (Sec. 3.1.2) with PCR, NCR and gain as VISCO defines
 them, a corrector given the gold critique and the judge's own, every answer cached; offline, with `py:` judges and the
 fake OpenAI-compatible server."""
 
@@ -272,7 +272,7 @@ def test_answers_saved_before_a_failure_are_not_asked_again(tmp_path):
 
 
 def test_the_tiny_critic_runs_correction_and_best_of_n_on_synthetic_chains(tmp_path):
-    # issue 13's "done when": both tasks on the synthetic data with the tiny critic, in the report with plots
+    # both tasks run end to end on synthetic data with the tiny critic, and reach the report with their plots
     from stepcritic.data_prep.synth import synthesize
     from stepcritic.train.tiny_cache import tiny_critic_path
 

@@ -1,5 +1,6 @@
-"""Issue 13, item 1: the evaluation's correctness fixes (b), (c), (d), (f), (g); (a) and (e) are in
-test_verdict_parsing.py.
+"""The evaluation computes what the papers define: an undefined metric is None (never 0), Somers' D as MiCEval
+computes it, choice ranking with ties and unknown chains, the invalid rate per output, RPTS only on annotated premises.
+Label and answer-letter parsing are in test_verdict_parsing.py.
 
 Each test here failed on the code before the fix; the comment at each group says how.
 """
@@ -19,7 +20,7 @@ from stepcritic.eval.report import leaderboard, render
 from stepcritic.eval.runner import build_judge, evaluate, shiftcheck_questions
 from stepcritic.eval.tasks import METRICS
 
-# ----------------------------------------------------------------------------- (b) undefined is None, never 0
+# ----------------------------------------------------------------------------- undefined is None, never 0
 # Before: explanation F1 and VISCore were 0.0 on data without reference critiques, even for an oracle; a
 # reward model got step and answer P/R/F1 of 0.0; the report showed such zeros (and could bold them).
 
@@ -92,7 +93,7 @@ def test_undefined_cells_render_as_a_dash_and_are_never_bold():
     assert table[4] == "| `weak` | 40.0 | 0.0 |"
 
 
-# ----------------------------------------------------------------------------- (c) Somers' D as MiCEval computes it
+# ----------------------------------------------------------------------------- Somers' D as MiCEval computes it
 # Before: the chain level correlated with the mean of step human scores, and there was no per-type split.
 
 def test_chain_somers_d_uses_the_chains_human_label():
@@ -126,7 +127,7 @@ def test_step_somers_d_is_split_by_step_type():
     assert got["step"]["n"] == 5
 
 
-# ----------------------------------------------------------------------------- (d) choice ranking
+# ----------------------------------------------------------------------------- choice ranking
 # Before: any tie was a miss (a constant judge scored 0, below chance) and unknown chains were wrong options.
 
 def test_a_tie_scores_its_expected_hit():
@@ -151,7 +152,7 @@ def test_chains_of_unknown_correctness_are_not_wrong_options():
     assert M.choice_ranking_accuracy(records)["accuracy"] == 1.0
 
 
-# ----------------------------------------------------------------------------- (f) invalid rate per output
+# ----------------------------------------------------------------------------- invalid rate per output
 # Before: one unreadable reply of a chain's four made the whole chain, 100%, invalid.
 
 def test_invalid_rate_is_per_output():
@@ -173,7 +174,7 @@ def test_invalid_rate_of_one_output_judges_is_per_chain():
     assert got["invalid_rate"] == pytest.approx(1 / 6)
 
 
-# ----------------------------------------------------------------------------- (g) RPTS premises
+# ----------------------------------------------------------------------------- RPTS premises
 # Before: a chain without premise links was read as a linear tree (heights 1, 2, 3, ...).
 
 def test_unannotated_premises_give_no_tree():

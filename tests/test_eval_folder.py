@@ -1,4 +1,4 @@
-"""Issue 13, item 5: an output folder's report covers every judge judged into it, and ShiftCheck reuses the
+"""An output folder's report covers every judge judged into it, and ShiftCheck reuses the
 chain scores a score-based judge already gave instead of scoring every shift again."""
 
 import json

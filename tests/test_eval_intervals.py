@@ -1,4 +1,4 @@
-"""Issue 13, item 5: bootstrap intervals that resample questions, on the headline metrics."""
+"""Bootstrap intervals that resample questions, on the headline metrics."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Issue 13, item 3: `--matcher judge:SPEC`, VISCO's LLM-judged explanation matching: the judge is shown the question,
+"""`--matcher judge:SPEC`, VISCO's LLM-judged explanation matching: the judge is shown the question,
 the chain and every reference critique of the step, asked once per explained true positive, its replies cached."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 13, item 3 (last bullet): a threshold sweep for every judge with step scores, the best-F1 threshold chosen on
+"""A threshold sweep for every judge with step scores, the best-F1 threshold chosen on
 a seeded dev split of the questions and step F1 at that threshold reported on the other questions only; the curve is
 saved and plotted."""
 

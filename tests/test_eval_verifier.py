@@ -1,4 +1,4 @@
-"""Issue 13, item 3: `stepcritic eval --tasks verifier`, MiCEval's nine verifier tasks (Sec. 6.1, App. C).
+"""`stepcritic eval --tasks verifier`, MiCEval's nine verifier tasks (Sec. 6.1, App. C).
 
 A scripted generative judge that answers from the human labels, in MiCEval's own wording (App. C.2), must score
 100 on every task through the whole path (prompts, label parsing in strict mode, the cache, the section, the

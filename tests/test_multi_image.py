@@ -1,4 +1,4 @@
-"""Chains with two images, end to end (issue 14): `data ingest --format jsonl` keeps both in order, every build kind
+"""Chains with two images, end to end: `data ingest --format jsonl` keeps both in order, every build kind
 puts both in each row with one placeholder per image, one training step of the tiny critic per method feeds both
 to the vision tower, and every judge kind that looks at images is shown both."""
 

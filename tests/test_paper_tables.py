@@ -1,4 +1,4 @@
-"""Issue 13, item 6: the papers' own tables, reproduced by our metric code.
+"""The papers' own tables, reproduced by our metric code.
 
 - VISCO Table 5 (the detailed leaderboard): VISCore from each row's answer, step and explanation F1.
 - MiCEval Tables 2 (Hard) and 9 (Normal): the "Avg." column from the row's nine task accuracies, and our verifier

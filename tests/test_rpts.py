@@ -1,4 +1,4 @@
-"""Issue 16, item 1: `stepcritic eval --tasks rpts`, RPTS as a whole evaluation.
+"""`stepcritic eval --tasks rpts`, RPTS as a whole evaluation.
 
 Trees from the data's premises (synthetic chains, offline) and from a scripted tree builder (chains without
 premises, malformed answers counted and never fatal, answers cached); per-step scores from the judge, from RPTS's

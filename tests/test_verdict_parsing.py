@@ -1,4 +1,4 @@
-"""Issue 13, item 1 (a) and (e): verdict, label and answer-letter parsing, as the papers word their labels.
+"""Verdict, label and answer-letter parsing, as the papers word their labels.
 
 Each test failed on the code before the fix; the comment at each group says how.
 """
@@ -11,7 +11,7 @@ from stepcritic.data_prep.prompts import VERIFIER_TASKS
 from stepcritic.data_prep.schema import validate_chain
 from stepcritic.eval.judges.generative import GenerativeJudge, Reply
 
-# ----------------------------------------------------------------------------- (a) verdict and label parsing
+# ----------------------------------------------------------------------------- verdict and label parsing
 # Before: "Partially Correct" read as correct, "Not informative" as informative, "Not correct" as correct.
 
 DESCRIPTION = VERIFIER_TASKS["description_correctness"]  # ("correct", "partial", "unsupported")
@@ -106,7 +106,7 @@ def test_verifier_judge_strict_mode_and_fingerprint():
     assert "strict" not in lenient.options
 
 
-# ----------------------------------------------------------------------------- (e) CMMU answer letters
+# ----------------------------------------------------------------------------- CMMU answer letters
 # Before: the first letter mentioned won ("Answer B has a mistake ... So the best is C" read as B).
 
 @pytest.mark.parametrize("text, expected", [

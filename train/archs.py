@@ -357,7 +357,7 @@ def run_frozen_vision_without_grad(model) -> list[str]:
     With activation checkpointing or adapters, transformers' `enable_input_require_grads` hooks the input
     embeddings of every sub-model, the vision tower's patch embedding included, so autograd records the whole
     frozen tower and the backward pass walks through it for nothing: on an H100 with a Qwen2.5-VL-3B-shaped
-    model, LoRA and 896 px images, steps ran 2.6x faster without it (README, Benchmarks).
+    model, LoRA and 896 px images, steps ran 2.6x faster without it (docs/benchmarks.md).
     The wrapped modules are the largest vision-side ones with no trainable parameter (containers are entered,
     since they are never called; parameter-free ones are left alone); a trainable projector after them still
     trains.

@@ -2,8 +2,8 @@
 
 Every VLM batch with `assistant_only_loss` (TRL's vision collator, the PRM scorer, base pre-training) asks the
 processor which tokens the assistant wrote. transformers 5.23 answers with a Python loop over every
-(assistant span, token) pair, iterating the `offset_mapping` *tensor* element by element: measured on this
-2-core machine, 2.2 s of the 2.6 s it takes to encode 64 scene conversations of ~250 tokens, and most of a
+(assistant span, token) pair, iterating the `offset_mapping` *tensor* element by element: measured on a
+2-core x86-64 CPU, 2.2 s of the 2.6 s it takes to encode 64 scene conversations of ~250 tokens, and most of a
 tiny-critic training step. The replacement computes the same mask (a token is the assistant's when its
 character span overlaps a generation span, after shifting spans past expanded image placeholders) with one
 tensor comparison per span. `tests/test_fast_masks.py` checks that both give identical masks.

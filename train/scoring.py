@@ -13,9 +13,9 @@ It is scored step by step, and the score is read from the note, not from the ver
 probability the model gives to the step's own text as its note, taken at the step's least likely token. A step
 the model would write as it stands scores near 1; one whose value it would write otherwise (a colour, a count)
 scores the probability of that wrong token. Why not the verdict: comparing note and step is itself an XOR of two
-tokens, which a model trained from scratch learns far more slowly than the look-up the note needs (README, issue
-11); the verdict is still trained and ends each note. The greedy note and a `+` placeholder then stay in the
-context for later steps, as in training.
+tokens, which a model trained from scratch learns far more slowly than the look-up the note needs
+(docs/experiments.md); the verdict is still trained and ends each note. The greedy note and a `+` placeholder then
+stay in the context for later steps, as in training.
 
 `StepCheckScorer` reads a model that was never trained as a critic: it asks each step "is this step correct given
 the image?" and reads P(yes), the prompted counterpart of a PRM.

@@ -3,7 +3,7 @@
 The critique format (`data_prep.critique.format_critique`) is a fixed skeleton with three kinds of holes: a
 verdict per step, an explanation for each step judged wrong, and the answer verdict. Free generation asks a
 model to reproduce the skeleton too, and a small or lightly trained critic often breaks it (a dropped brace,
-a step skipped or repeated): the README's first demo left 31% of its critiques unreadable. Here the skeleton
+a step skipped or repeated): the demo's critic once left 31% of its critiques unreadable. Here the skeleton
 is written by the decoder and the model only fills the holes:
 
 * a verdict is the likelier of " true" / " false" given everything so far (their full token sequences are
