@@ -4,9 +4,9 @@ Best-of-N selection is what most process reward models are trained for (Lightman
 Step", Sec. 2.6 and 3: a solution's score is the minimum of its step scores; VisualPRM, Wang et al., 2025, reports
 it on multimodal chains). The candidates of a question are the chains sharing its `group_id` whose answer label is
 known; a question counts when it has two or more. Every judge that scores chains picks with each of its selectors:
-- `chain`: its chain score (`results.chain_score`: a reward model's score, a generative judge's rating or, for a
+- `chain`: its chain score (`scores.chain_score`: a reward model's score, a generative judge's rating or, for a
   critique, the share of steps judged correct);
-- `min`, `mean`, `last`: its step scores (`results.step_scores`: 1 - P(incorrect), else the verdict as 1/0)
+- `min`, `mean`, `last`: its step scores (`scores.step_scores`: 1 - P(incorrect), else the verdict as 1/0)
   aggregated PRM-style over the steps it scored (`last`: the final step's score, None when that step has none).
 A selector the judge gives no score for is None throughout, never a random pick. The pick is the top-scored
 candidate; a tie for the top scores its expected accuracy, the share of right answers among the tied (a constant
@@ -31,6 +31,9 @@ import math
 import statistics
 from collections import defaultdict
 from itertools import combinations
+
+from stepcritic.eval.correction import normalize_answer
+from stepcritic.eval.scores import chain_score, step_scores
 
 DEFAULT_MAX_SUBSETS = 32
 DEFAULT_SEED = 0
@@ -168,8 +171,6 @@ def best_of_n(questions: dict[str, list[dict]], max_subsets: int = DEFAULT_MAX_S
 
 def selector_scores(pred: dict) -> dict:
     """A judge's score of one chain under every selector (None where it gives none)."""
-    from stepcritic.eval.results import chain_score, step_scores
-
     steps = step_scores(pred)
     known = [s for s in steps if s is not None]
     return {"chain": chain_score(pred), "min": min(known) if known else None,
@@ -178,8 +179,6 @@ def selector_scores(pred: dict) -> dict:
 
 def candidates(gold: list[dict], preds: list[dict]) -> dict[str, list[dict]]:
     """Per question (group_id) with two or more chains of known answer label: its candidates, by chain_id."""
-    from stepcritic.eval.correction import normalize_answer
-
     groups: dict[str, list[dict]] = defaultdict(list)
     for chain, pred in sorted(zip(gold, preds), key=lambda cp: cp[0]["chain_id"]):
         if chain["answer_correct"] is None:

@@ -148,7 +148,8 @@ def main(args: argparse.Namespace) -> int:
     from stepcritic.eval.cache import saved_sizes
     from stepcritic.eval.errors import FailedRequests
     from stepcritic.eval.judge_matcher import build as build_matcher
-    from stepcritic.eval.runner import build_judge, evaluate
+    from stepcritic.eval.judges.registry import build_judge
+    from stepcritic.eval.runner import evaluate
 
     judges, builder, corrector, matcher = [], None, None, None
     before = None  # the cache's files when judging began

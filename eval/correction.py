@@ -32,6 +32,7 @@ from stepcritic.data_prep.schema import chain_images
 from stepcritic.eval.asking import ask, content_key, is_generative
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir, write_jsonl_atomic
 from stepcritic.eval.errors import EvalError
+from stepcritic.eval.scores import gives
 
 TEMPLATE = "correction"
 SETTINGS = ("gold", "own")  # the critique shown: the data's, or the judge's own
@@ -149,8 +150,6 @@ def corrector_fingerprint(corrector) -> str:
 
 
 def can_critique(preds: list[dict]) -> bool:
-    from stepcritic.eval.results import gives
-
     return bool(preds) and (gives(preds, "verdicts") or gives(preds, "answer_correct"))
 
 

@@ -1,7 +1,7 @@
 """Requests that got no answer: what a run does with the chains and ShiftCheck questions they leave unjudged.
 
 A failed request (refused, timed out, an HTTP error after the retries) is no judgment: nothing of it is cached,
-and the next run asks it again (`runner.judge_chains`, `runner.judge_picks`). When a run ends with failures,
+and the next run asks it again (`judging.judge_chains`, `runner.judge_picks`). When a run ends with failures,
 `stepcritic eval` stops with one line saying how many and why (`message`), before writing any result; with
 `--allow-failures` it reports without them instead: every chain that failed for any judge, and every ShiftCheck
 group with a shift that failed or that shows such a chain, is left out of every judge's metrics (`keep`), so the

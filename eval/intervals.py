@@ -16,6 +16,7 @@ import numpy as np
 from stepcritic.eval import metrics as M
 from stepcritic.eval import tasks as T
 from stepcritic.eval.bootstrap import GroupBootstrap, interval
+from stepcritic.eval.scores import choice_records, output_counts, step_scores
 from stepcritic.eval.shiftcheck import group_outcomes
 
 
@@ -35,8 +36,6 @@ def step_f1(data, boot: GroupBootstrap) -> np.ndarray:
 
 
 def step_auroc(data, boot: GroupBootstrap) -> np.ndarray:
-    from stepcritic.eval.results import step_scores
-
     items = [(c["group_id"], s["correct"] is False, 1.0 - x) for c, p in zip(data.gold, data.preds)
              for s, x in zip(c["steps"], step_scores(p)) if s["correct"] is not None and x is not None]
     return boot.auroc(*zip(*items)) if items else np.full(len(boot.counts), np.nan)
@@ -63,15 +62,11 @@ def viscore(data, boot: GroupBootstrap) -> np.ndarray:
 
 
 def invalid_rate(data, boot: GroupBootstrap) -> np.ndarray:
-    from stepcritic.eval.results import output_counts
-
     counts = [output_counts(p) for p in data.preds]
     return boot.ratio([c["group_id"] for c in data.gold], [k for _, k in counts], [n for n, _ in counts])
 
 
 def choice_ranking_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
-    from stepcritic.eval.results import choice_records
-
     hits = M.choice_ranking_hits(choice_records(data.gold, data.preds))
     return boot.ratio(list(hits), [h["hit"] for h in hits.values()], [1.0] * len(hits))
 

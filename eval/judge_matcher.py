@@ -23,6 +23,7 @@ import os
 from stepcritic.eval.asking import ask, content_key, is_generative
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir
 from stepcritic.eval.errors import EvalError
+from stepcritic.eval.judges.registry import build_judge
 from stepcritic.eval.matchers import JUDGE_PREFIX as PREFIX
 from stepcritic.eval.matchers import parse_yes_no
 
@@ -88,7 +89,6 @@ class LLMJudgeMatcher:
 def build(spec: str, out_dir: str, progress: bool = True):
     """The matcher `--matcher` names: "lexical", "embedding" (`matchers.MATCHERS`) or "judge:SPEC"."""
     from stepcritic.eval.matchers import MATCHERS
-    from stepcritic.eval.runner import build_judge
 
     if dict.__contains__(MATCHERS, spec):
         return MATCHERS[spec]()

@@ -28,6 +28,7 @@ from stepcritic.eval import tasks as T
 from stepcritic.eval import verifier as verifier_task
 from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.rpts import section as rpts_section
+from stepcritic.eval.scores import chain_score, choice_records, gives, output_counts, step_scores
 
 # what the report breaks every table down by, whenever the data holds more than one value of it
 BREAKDOWNS = ("source", "generator", "category", "step_type", "step_kind")
@@ -35,20 +36,6 @@ STEP_FIELDS = {"step_type": "type", "step_kind": "kind"}  # breakdowns of steps,
 
 
 # ----------------------------------------------------------------------------- judge scores
-
-def step_scores(pred: dict) -> list[float | None]:
-    p_incorrect = pred.get("p_incorrect") or [None] * len(pred["verdicts"])
-    return [1.0 - p if p is not None else (None if v is None else float(v))
-            for v, p in zip(pred["verdicts"], p_incorrect)]
-
-
-def chain_score(pred: dict) -> float | None:
-    if pred.get("chain_score") is not None:
-        return pred["chain_score"]
-    if all(v is None for v in pred["verdicts"]) and pred.get("valid", True):
-        return None  # a judge that gives neither a chain score nor step verdicts cannot rank chains
-    return sum(v is True for v in pred["verdicts"]) / len(pred["verdicts"])
-
 
 def human_chain_score(chain: dict) -> float | None:
     """MiCEval's human label of a whole MCoT (good 1 / bad 0, Sec. 2.3.3 and App. D.1), None if unknown."""
@@ -59,23 +46,6 @@ def human_chain_score(chain: dict) -> float | None:
 def human_step_mean(chain: dict) -> float | None:
     scores = [s["human_score"] for s in chain["steps"] if s["human_score"] is not None]
     return statistics.fmean(scores) if scores else None
-
-
-def output_counts(pred: dict) -> tuple[int, int]:
-    """(outputs, invalid outputs) behind one prediction: a verifier judge asks once per step, so one
-    unreadable reply of four is 1 invalid output of 4 (MiCEval's invalid rate is per output, Sec. 6.1)."""
-    extra = pred.get("extra") or {}
-    if extra.get("n_outputs") is not None:
-        return extra["n_outputs"], extra.get("n_invalid", 0)
-    return 1, int(not pred["valid"])
-
-
-def gives(preds: list[dict], field: str) -> bool:
-    """Whether a judge produces `field` at all: some value given, or some output it failed to read that
-    was meant to give it (not the unreadable reply of a judge that only scores whole chains)."""
-    values = [v for p in preds for v in (p[field] if isinstance(p[field], list) else [p[field]])]
-    return any(v is not None for v in values) or any(
-        not p["valid"] and (p.get("extra") or {}).get("scope") != "chain" for p in preds)
 
 
 def _undefined(result: dict) -> dict:
@@ -180,11 +150,6 @@ def critique_metrics(gold: list[dict], preds: list[dict], matcher, matches: list
                                                  [p["verdicts"] for p in preds]),
         "calibration": M.calibration(*map(list, zip(*with_probability)) if with_probability else ([], [])),
     }
-
-
-def choice_records(gold: list[dict], preds: list[dict]) -> list[dict]:
-    return [{"group_id": c["group_id"], "chain_id": c["chain_id"], "chain_correct": c["chain_correct"],
-             "score": chain_score(p)} for c, p in zip(gold, preds)]
 
 
 def choice_metrics(gold: list[dict], preds: list[dict]) -> dict:

@@ -6,7 +6,7 @@ w_i = lambda^|h_f - h_i| by its height h_i in the tree (Sec. 3), the chain's RPT
 and reports answer accuracy before and after that filter, RPTS over conclusions drawn from visual and from textual
 clues, and how RPTS moves with lambda and h_f. This module computes all of that for one judge:
 
-- step scores: the judge's own (1 - p_incorrect, else its verdict; `results.step_scores`). A judge built for it is
+- step scores: the judge's own (1 - p_incorrect, else its verdict; `scores.step_scores`). A judge built for it is
   `--rpts-scorer` (`judges.rpts_scorer`: each step against its premises, the paper's LLM scorer); any other judge's
   critiques serve as they are. With `--rpts-clues`, a conclusion read straight off the image takes its agreement
   with the data's reference clues instead (the paper's semantic-similarity scoring of such steps).
@@ -25,6 +25,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from stepcritic.eval import metrics as M
+from stepcritic.eval.scores import step_scores
 
 SENSITIVITY_LAMBDAS = (0.25, 0.5, 0.75, 1.0)
 SENSITIVITY_HEIGHTS = (1, 2, 3, None)  # None: each chain's final step
@@ -78,8 +79,6 @@ class ChainView:
 
 def section(gold: list[dict], preds: list[dict], settings: Settings | None = None) -> dict:
     """The `rpts` section of one judge's metrics (see the module docstring)."""
-    from stepcritic.eval.results import step_scores
-
     s = settings or Settings()
     views = [ChainView(c, step_scores(p)) for c, p in zip(gold, preds)]
     judge = [v.score(v.judge, s.lam, s.h_f) for v in views]

@@ -19,37 +19,17 @@ import os
 import sys
 from collections import defaultdict
 
-from stepcritic.errors import UserError
 from stepcritic.eval import tasks as registry
-from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, is_judgment, write_jsonl_atomic
+from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, write_jsonl_atomic
 from stepcritic.eval.config import DEFAULT_TASKS, EvalConfig  # noqa: F401  (DEFAULT_TASKS: read from here by callers)
 from stepcritic.eval.errors import EvalError, FailedRequests
 from stepcritic.eval.judges.base import Critique, Judge, RequestFailed, best_index
+from stepcritic.eval.judges.registry import build_judge  # noqa: F401  (read from here by scripts and the demo)
+from stepcritic.eval.judging import batch_rows, is_current, judge_chains
 
 TASKS = tuple(registry.TASKS)
 OPTION_LETTERS = "ABCD"
 MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains per group, like A-D options
-
-
-# ----------------------------------------------------------------------------- judges
-
-def build_judge(spec: str) -> Judge:
-    """A judge from its spec (`judges.registry`: every kind, and `py:` for users' own Judge subclasses), its model
-    folder checked before anything is loaded (`artifacts.check_model_folders`)."""
-    from stepcritic.eval.judges.artifacts import check_model_folders
-    from stepcritic.eval.judges.registry import make_judge
-
-    try:
-        judge = make_judge(spec)
-        try:
-            check_model_folders(judge)
-        except ValueError:
-            judge.close()
-            raise
-        return judge
-    except (ValueError, KeyError, TypeError, UserError) as e:
-        message = str(e)  # the registry's own messages already name the spec
-        raise EvalError(message if message.startswith("judge spec") else f"judge spec {spec!r}: {message}") from None
 
 
 # ----------------------------------------------------------------------------- gold
@@ -109,79 +89,6 @@ def load_dataset(path: str, decode_images: bool, limit: int | None):
     if limit is not None:
         dataset = dataset.select(range(min(limit, len(dataset))))
     return dataset
-
-
-# ----------------------------------------------------------------------------- critiques
-
-def _rows(batch: dict) -> list[dict]:
-    return [dict(zip(batch, values)) for values in zip(*batch.values())]
-
-
-def _streamed_rows(dataset, batch_size: int = 64):
-    """The dataset's rows one by one, read (and images decoded) a few at a time, as the judge asks for them."""
-    for batch in dataset.iter(batch_size=batch_size):
-        yield from _rows(batch)
-
-
-def is_current(record: dict | None, chain: dict) -> bool:
-    """Whether a cached record is a judgment of this chain as it is now (not of other content, not a failure)."""
-    return is_judgment(record) and record.get("digest") == chain["digest"]
-
-
-def judge_chains(judge: Judge, dataset, gold: list[dict], cache: JudgeCache, progress: bool) -> dict:
-    """Judge the chains missing from the cache. Returns counts: `cached`, `judged` (saved now), `invalid` (of all
-    these chains' judgments, cached or new), `failed`, and `failures` ({chain_id: error}).
-
-    Each critique is written (flushed and fsynced) to the cache as soon as `judge.judge_stream` hands it
-    over, before the next one is asked for: a killed run loses only the judgments that were not finished.
-    A critique whose requests got no answer (`Critique.failed`) is no judgment: it is not saved, so the next
-    run asks it again.
-    """
-    from tqdm.auto import tqdm
-
-    done = cache.critiques.load()
-    missing = [i for i, g in enumerate(gold) if not is_current(done.get(g["chain_id"]), g)]
-    asked = set(missing)
-    n_invalid = sum(done[g["chain_id"]].get("valid") is False for i, g in enumerate(gold) if i not in asked)
-    bar = tqdm(total=len(missing), desc=f"{judge.name} critique", unit="chain", disable=not progress,
-               file=sys.stderr)
-    handed = [False] * len(missing)
-    n_saved = 0
-    failures: dict[str, str] = {}
-    stream = judge.judge_stream(_streamed_rows(dataset.select(missing)))
-    try:
-        while True:
-            try:
-                item = next(stream, None)
-            except Exception as e:
-                first = next((gold[missing[k]]["chain_id"] for k, h in enumerate(handed) if not h), None)
-                failed = f", {len(failures)} failed" if failures else ""
-                raise EvalError(f"judge {judge.name!r} failed on the chains from {first!r} on ({n_saved} of "
-                                f"{len(missing)} judged and saved{failed}): {type(e).__name__}: {e}") from e
-            if item is None:
-                break
-            index, critique = item
-            if not isinstance(index, int) or not 0 <= index < len(missing) or handed[index]:
-                raise EvalError(f"judge {judge.name!r} returned a critique for no chain asked (index {index!r})")
-            expected = gold[missing[index]]
-            if critique.chain_id != expected["chain_id"] or len(critique.verdicts) != len(expected["steps"]):
-                raise EvalError(f"judge {judge.name!r} returned a critique of the wrong chain or step count "
-                                f"for {expected['chain_id']!r}")
-            handed[index] = True
-            if critique.failed:
-                failures[expected["chain_id"]] = critique.error or "no answer"
-            else:
-                cache.critiques.append([dict(critique.to_json(), digest=expected["digest"])])
-                n_saved += 1
-                n_invalid += not critique.valid
-            bar.update(1)
-    finally:
-        stream.close()
-        bar.close()
-    if not all(handed):
-        raise EvalError(f"judge {judge.name!r} returned {sum(handed)} critiques for {len(missing)} chains")
-    return {"cached": len(gold) - len(missing), "judged": n_saved, "invalid": n_invalid, "failed": len(failures),
-            "failures": failures}
 
 
 # ----------------------------------------------------------------------------- ShiftCheck
@@ -252,7 +159,7 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
     for start in range(0, len(missing), chunk_size):
         chunk = missing[start:start + chunk_size]
         needed = sorted({index_of[cid] for q in chunk for cid in q["options"]})
-        rows = {row["chain_id"]: row for row in _rows(dataset.select(needed)[:])}
+        rows = {row["chain_id"]: row for row in batch_rows(dataset.select(needed)[:])}
         for q in chunk:
             try:
                 picked = judge.pick_best([rows[cid] for cid in q["options"]])

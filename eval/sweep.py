@@ -9,7 +9,7 @@ chains, and that F1 is reported beside the F1 of the judge's own verdicts on the
 keeps a question's chains (one image, one wording) on one side. VisualProcessBench and VISCO report F1 at a fixed
 rule; this sweep is our addition, for score-based judges only (AUROC is its threshold-free companion).
 
-A step is flagged incorrect when 1 - its step score (`results.step_scores`: 1 - P(incorrect), else the verdict as
+A step is flagged incorrect when 1 - its step score (`scores.step_scores`: 1 - P(incorrect), else the verdict as
 1 / 0) reaches the threshold t, so t is on the P(incorrect) scale (0.5 flags a step a PRM finds more likely wrong
 than right). The candidate thresholds are the dev scores themselves (`sklearn.metrics.precision_recall_curve`); on a
 tie in F1 the lowest wins. The curve, F1 against t on a grid of 101 thresholds for the dev and the test chains, is

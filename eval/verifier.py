@@ -33,6 +33,7 @@ import os
 
 from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS, VERIFIER_TASKS
 from stepcritic.eval import metrics as M
+from stepcritic.eval.judging import judge_chains
 
 # MiCEval Table 2's columns, in its order: step type; description relevance, correctness, error types; logic
 # relevance, correctness, informativeness, error types; MCoT
@@ -62,7 +63,7 @@ def targets(chain: dict) -> tuple[dict, list[dict]]:
 # ----------------------------------------------------------------------------- asking and caching
 
 class _Log:
-    """What `runner.judge_chains` writes to: one task's answers, in the place of a judge's critiques."""
+    """What `judging.judge_chains` writes to: one task's answers, in the place of a judge's critiques."""
 
     def __init__(self, path: str):
         from stepcritic.eval.cache import JsonlLog
@@ -76,10 +77,9 @@ def _task_file(folder: str, task: str, fingerprint: str) -> str:
 
 def ask(judge, dataset, gold: list[dict], folder: str, progress: bool) -> dict:
     """Ask `judge` (through `judge.verifier(task)`) every task on the chains its cache in `folder` (the judge's
-    cache folder) lacks. Returns, per task, the counts of `runner.judge_chains` (None for a task it cannot answer),
+    cache folder) lacks. Returns, per task, the counts of `judging.judge_chains` (None for a task it cannot answer),
     whose `failures` are the chains left unanswered (no reply came back: not saved, asked again next run)."""
     from stepcritic.eval.cache import write_json_atomic
-    from stepcritic.eval.runner import judge_chains
 
     answering = {task: judge.verifier(task) for task in TABLE_2_ORDER}
     index = {task: None if j is None else j.fingerprint() for task, j in answering.items()}

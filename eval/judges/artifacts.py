@@ -1,5 +1,5 @@
 """What every judge over a model folder shares: the digest that ties cached judgments to the weights, the device
-the model runs on when the spec names none, and the checks of the folder a spec names (`check_model_folders`).
+the model runs on when the spec names none, and the checks of the folder a spec names (`model_folder_problem`).
 
 One home for these, so the hf, vllm, prm and reward judges cannot drift apart on any rule.
 """
@@ -132,16 +132,3 @@ def model_folder_problem(kind: str, target: str) -> str | None:
         latest = f"; its latest checkpoint is {os.path.join(target, saved[-1])}" if saved else ""
         return f"{target} holds no model (no config.json or adapter_config.json){latest}"
     return None
-
-
-def check_model_folders(judge) -> None:
-    """Raise ValueError (one line) when a judge, or one it wraps, names a model folder that cannot serve it."""
-    from stepcritic.eval.judges.scored import ScoredJudge
-
-    while judge is not None:
-        target = getattr(judge, "target", None)
-        if isinstance(target, str) and (isinstance(judge, ScoredJudge) or judge.kind in READS):
-            problem = model_folder_problem(judge.kind, target)
-            if problem:
-                raise ValueError(problem)
-        judge = getattr(judge, "inner", None)

@@ -25,11 +25,12 @@ import copy
 import itertools
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
-from stepcritic.data_prep.critique import SCORE_SCALE, parse_critique, parse_label, parse_letter, parse_score
-from stepcritic.data_prep.schema import chain_images
+from stepcritic.data_prep.critique import SCORE_SCALE, parse_label, parse_letter, parse_score
 from stepcritic.eval.judges.base import Critique, Judge, RequestFailed
+from stepcritic.eval.judges.lookback import TEMPLATES as LOOKBACK_TEMPLATES
+from stepcritic.eval.judges.lookback import lookback_critiques
+from stepcritic.eval.judges.prompting import Prompt, Reply, chain_prompt, critique_from_reply
 
 MODES = ("critique", "verifier", "score", "step-score")
 STRATEGIES = ("direct", "lookback")
@@ -43,56 +44,6 @@ VERDICT_LABELS = {
     "informativeness": {"informative"},
     "chain_correctness": {"correct"},
 }
-
-
-@dataclass
-class Prompt:
-    messages: list  # chat messages; images are `{"type": "image"}` placeholders, filled from `images` in order
-    images: list    # PIL images
-
-
-@dataclass
-class Reply:
-    text: str | None = None
-    error: str | None = None  # set when no answer came back (the request failed)
-
-
-# ----------------------------------------------------------------------------- prompts
-
-def chain_prompt(messages: list, chain: dict) -> Prompt:
-    """A prompt from `data_prep.prompts` messages: every turn that shows images shows all of the chain's, in order."""
-    images = chain_images(chain)
-    n_placeholders = sum(1 for m in messages if isinstance(m["content"], list)
-                         for part in m["content"] if part.get("type") == "image")
-    if n_placeholders % len(images):
-        raise ValueError(f"{chain.get('chain_id')}: {n_placeholders} image placeholders for {len(images)} images")
-    return Prompt(messages, images * (n_placeholders // len(images)))
-
-
-def with_appended_text(prompt: Prompt, text: str) -> Prompt:
-    """The same prompt with `text` added to the end of its last message."""
-    messages = copy.deepcopy(prompt.messages)
-    last = messages[-1]
-    if isinstance(last["content"], str):
-        last["content"] += text
-    else:
-        last["content"].append({"type": "text", "text": text})
-    return Prompt(messages, prompt.images)
-
-
-# ----------------------------------------------------------------------------- reading replies
-
-def critique_from_reply(chain: dict, reply: Reply) -> Critique:
-    n = len(chain["steps"])
-    if reply.error:
-        return Critique(chain["chain_id"], [None] * n, raw=reply.text, valid=False, error=reply.error, failed=True)
-    parsed = parse_critique(reply.text, n)
-    judged = [v for v in parsed.verdicts if v is not None]
-    return Critique(chain["chain_id"], parsed.verdicts, explanations=parsed.explanations,
-                    answer_correct=parsed.answer_correct,
-                    # share of steps judged correct: lets a critic rank the chains of a group
-                    chain_score=sum(judged) / len(judged) if judged else None,
-                    raw=reply.text, valid=parsed.valid, error=parsed.error)
 
 
 # ----------------------------------------------------------------------------- the judge
@@ -161,7 +112,6 @@ class GenerativeJudge(Judge):
     def fingerprint_extra(self) -> dict:
         """Hashes of the prompt templates in use: editing a template invalidates the cache."""
         from stepcritic.data_prep.prompts import DEFAULT_TEMPLATES, template_hash
-        from stepcritic.eval.judges.lookback import TEMPLATES as LOOKBACK_TEMPLATES
 
         own = ["listwise"] + ({"score": ["score"], "step-score": ["step_score"]}.get(self.mode, []))
         own += LOOKBACK_TEMPLATES if self.strategy == "lookback" else []
@@ -214,8 +164,6 @@ class GenerativeJudge(Judge):
 
     def judge_batch(self, chains: list[dict]) -> list[Critique]:
         if self.strategy == "lookback":
-            from stepcritic.eval.judges.lookback import lookback_critiques
-
             return lookback_critiques(self, chains)
         per_chain = [self.prompts_for(c) for c in chains]
         replies = iter(self.generate([p for prompts in per_chain for p in prompts]))

@@ -22,12 +22,13 @@ from stepcritic.data_prep import prompts
 from stepcritic.data_prep.critique import parse_questions
 from stepcritic.data_prep.schema import chain_images
 from stepcritic.eval.judges.base import Critique
-from stepcritic.eval.judges.generative import GenerativeJudge, chain_prompt, critique_from_reply, with_appended_text
+from stepcritic.eval.judges.prompting import chain_prompt, critique_from_reply, with_appended_text
 
 TEMPLATES = ["lookback_questions", "lookback_answer", "lookback_final"]  # in `data_prep/templates/`
 
 
-def lookback_critiques(judge: GenerativeJudge, chains: list[dict]) -> list[Critique]:
+def lookback_critiques(judge, chains: list[dict]) -> list[Critique]:
+    """`judge`'s critiques of `chains` (a `GenerativeJudge`: its `generate`, `critique_prompt`, `max_questions`)."""
     # RaiseQuestion: one request per step, from the image and that step
     asks = [(i, chain_prompt(prompts.lookback_question_messages(chain, k, judge.max_questions), chain))
             for i, chain in enumerate(chains) for k in range(len(chain["steps"]))]

@@ -21,6 +21,11 @@ import importlib
 import re
 from dataclasses import dataclass, field
 
+from stepcritic.errors import UserError
+from stepcritic.eval.errors import EvalError
+from stepcritic.eval.judges.artifacts import READS, model_folder_problem
+from stepcritic.eval.judges.scored import ScoredJudge
+
 KINDS: dict[str, tuple[str, str]] = {
     "always-correct": ("stepcritic.eval.judges.baselines:AlwaysCorrectJudge",
                        "baseline: every step and the answer judged correct"),
@@ -192,6 +197,33 @@ def make_judge(spec):
     if js.target is not None and js.kind != PYTHON:
         options["target"] = js.target
     return judge_class(js.kind, js.target)(canonical, **options)
+
+
+def check_model_folders(judge) -> None:
+    """Raise ValueError (one line) when a judge, or one it wraps, names a model folder that cannot serve it."""
+    while judge is not None:
+        target = getattr(judge, "target", None)
+        if isinstance(target, str) and (isinstance(judge, ScoredJudge) or judge.kind in READS):
+            problem = model_folder_problem(judge.kind, target)
+            if problem:
+                raise ValueError(problem)
+        judge = getattr(judge, "inner", None)
+
+
+def build_judge(spec: str):
+    """A judge from its spec (every kind of `KINDS`, and `py:` for users' own Judge subclasses), its model
+    folder checked before anything is loaded (`check_model_folders`)."""
+    try:
+        judge = make_judge(spec)
+        try:
+            check_model_folders(judge)
+        except ValueError:
+            judge.close()
+            raise
+        return judge
+    except (ValueError, KeyError, TypeError, UserError) as e:
+        message = str(e)  # the registry's own messages already name the spec
+        raise EvalError(message if message.startswith("judge spec") else f"judge spec {spec!r}: {message}") from None
 
 
 def option_usage(cls) -> list[str]:
