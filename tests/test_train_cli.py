@@ -175,6 +175,10 @@ def test_an_output_folder_is_used_only_when_nothing_in_it_would_be_lost(tmp_path
         output_plan(other)
     assert all(way in str(refused.value) for way in ways)
 
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputDirInUse, match="is a file, not a folder"):
+        output_plan(tmp_path / "file")
+
     assert "deleting its 2 checkpoint(s) first" in output_plan(done, overwrite_output_dir=True)
     with pytest.raises(OutputDirInUse, match="resume_from_checkpoint .*: no such folder"):
         output_plan(done, resume_from_checkpoint=str(tmp_path / "nowhere"))

@@ -133,6 +133,8 @@ def check_output_dir(recipe) -> str:
         if not os.path.isdir(given):
             raise OutputDirInUse(f"resume_from_checkpoint {given!r}: no such folder")
         return f"{out} (resumes from {given}, step {common.checkpoint_step(given)})"
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise OutputDirInUse(f"output_dir {out!r} is a file, not a folder; choose another --output_dir")
     if not os.path.isdir(out):
         return f"{out} (new folder)"
     entries = sorted(name for name in os.listdir(out) if not _beside_a_run(name))
