@@ -24,14 +24,18 @@ critique of a chain is asked once per corrector, however many judges share it.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 
+from stepcritic.data_prep.prompts import load_template, template_hash, user_with_image
 from stepcritic.data_prep.schema import chain_images
+from stepcritic.eval import metrics as M
 from stepcritic.eval.asking import ask, content_key, is_generative
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir, write_jsonl_atomic
 from stepcritic.eval.errors import EvalError
+from stepcritic.eval.judges.prompting import Prompt
 from stepcritic.eval.scores import gives
 
 TEMPLATE = "correction"
@@ -64,8 +68,6 @@ def judge_review(pred: dict) -> dict:
 
 def correction_messages(chain: dict, review: dict) -> list[dict]:
     """The user turn asking the corrector for the answer (`correction.j2`), the chain's images first."""
-    from stepcritic.data_prep.prompts import load_template, user_with_image
-
     steps = [{"text": s["text"], "review": r} for s, r in zip(chain["steps"], review["steps"])]
     text = load_template(TEMPLATE).render(question=chain["question"], steps=steps,
                                           final_answer=chain.get("final_answer") or "", answer_review=review["answer"])
@@ -144,8 +146,6 @@ def eligible(chain: dict) -> bool:
 
 
 def corrector_fingerprint(corrector) -> str:
-    from stepcritic.data_prep.prompts import template_hash
-
     return content_key(corrector.fingerprint(), template_hash(TEMPLATE))[:16]
 
 
@@ -238,8 +238,6 @@ def run(gold: list[dict], runs: dict, judges: dict, corrector, rows, out_dir: st
 
 def read_back(path: str, gold: list[dict], judge: str) -> dict | None:
     """One judge's corrections as `run` returned them, from the OUT/corrections.jsonl it wrote (None: no corrector)."""
-    import json
-
     with open(path, encoding="utf-8") as f:
         lines = [r for r in map(json.loads, f) if r["judge"] == judge]
     if not lines:
@@ -255,16 +253,12 @@ def read_back(path: str, gold: list[dict], judge: str) -> dict | None:
 
 
 def _prompt(row: dict, review: dict):
-    from stepcritic.eval.judges.generative import Prompt
-
     return Prompt(correction_messages(row, review), chain_images(row))
 
 
 # ----------------------------------------------------------------------------- the task's section
 
 def _setting(gold: list[dict], records: list[dict] | None) -> dict:
-    from stepcritic.eval import metrics as M
-
     if records is None:
         return {"pcr": None, "ncr": None, "gain": None, "accuracy_before": None, "accuracy_after": None,
                 "n_incorrect_before": 0, "n_correct_before": 0, "n_failed": 0, "n_no_answer": 0}

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from stepcritic.eval import best_of_n, verifier
 from stepcritic.eval import metrics as M
 from stepcritic.eval import tasks as T
 from stepcritic.eval.bootstrap import GroupBootstrap, interval
@@ -79,8 +80,6 @@ def circular_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
 def verifier_avg(data, boot: GroupBootstrap) -> np.ndarray:
     """MiCEval's Avg. per resample: each task's accuracy over the questions drawn, then their mean (NaN when a
     task has nothing drawn)."""
-    from stepcritic.eval import verifier
-
     per_task = []
     for task in verifier.TABLE_2_ORDER:
         scored = verifier.items(task, data.gold, data.verifier.get(task))
@@ -91,8 +90,6 @@ def verifier_avg(data, boot: GroupBootstrap) -> np.ndarray:
 
 def bon_chain(data, boot: GroupBootstrap) -> np.ndarray:
     """Best-of-N accuracy of the chain-score pick with all candidates, per resample of the questions."""
-    from stepcritic.eval import best_of_n
-
     per_question = best_of_n.full_values(best_of_n.candidates(data.gold, data.preds))
     hits = {g: v["chain"] for g, v in per_question.items() if v["chain"] is not None}
     return boot.ratio(list(hits), list(hits.values()), [1.0] * len(hits))

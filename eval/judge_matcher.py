@@ -20,20 +20,20 @@ from __future__ import annotations
 
 import os
 
+from stepcritic.data_prep.prompts import load_template, template_hash, user_turn
 from stepcritic.eval.asking import ask, content_key, is_generative
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir
 from stepcritic.eval.errors import EvalError
+from stepcritic.eval.judges.prompting import Prompt
 from stepcritic.eval.judges.registry import build_judge
 from stepcritic.eval.matchers import JUDGE_PREFIX as PREFIX
-from stepcritic.eval.matchers import parse_yes_no
+from stepcritic.eval.matchers import MATCHERS, parse_yes_no
 
 TEMPLATE = "explanation_match"
 
 
 def match_messages(item: dict) -> list[dict]:
     """The text-only user turn asking whether `item`'s explanation names the error its references describe."""
-    from stepcritic.data_prep.prompts import load_template, user_turn
-
     text = load_template(TEMPLATE).render(
         question=item["question"], steps=item["steps"], final_answer=item.get("final_answer") or "",
         step_number=item["step_index"] + 1, references=item["references"], explanation=item["explanation"])
@@ -44,8 +44,6 @@ class LLMJudgeMatcher:
     """A generative judge deciding whether explanations match their references, every reply cached."""
 
     def __init__(self, judge, out_dir: str, progress: bool = True):
-        from stepcritic.data_prep.prompts import template_hash
-
         if not is_generative(judge):
             raise EvalError(f"--matcher {PREFIX}{judge.name}: not a generative judge (hf:, openai:, vllm: or a py: "
                             "GenerativeJudge), so it cannot be asked whether explanations match")
@@ -66,8 +64,6 @@ class LLMJudgeMatcher:
 
     def match_items(self, items: list[dict]) -> list[float]:
         """1.0 or 0.0 per item ({question, steps, final_answer, step_index, references, explanation})."""
-        from stepcritic.eval.judges.generative import Prompt
-
         keys = [self.key(item) for item in items]
         asked = ask(self.judge, [(k, lambda item=item: Prompt(match_messages(item), []))
                                  for k, item in zip(keys, items)], self.log, "explanation matching", self.progress)
@@ -88,8 +84,6 @@ class LLMJudgeMatcher:
 
 def build(spec: str, out_dir: str, progress: bool = True):
     """The matcher `--matcher` names: "lexical", "embedding" (`matchers.MATCHERS`) or "judge:SPEC"."""
-    from stepcritic.eval.matchers import MATCHERS
-
     if dict.__contains__(MATCHERS, spec):
         return MATCHERS[spec]()
     if spec not in MATCHERS:

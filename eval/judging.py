@@ -37,7 +37,7 @@ def judge_chains(judge: Judge, dataset, gold: list[dict], cache: JudgeCache, pro
     A critique whose requests got no answer (`Critique.failed`) is no judgment: it is not saved, so the next
     run asks it again.
     """
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # loaded when a judge is asked, not for `--help`
 
     done = cache.critiques.load()
     missing = [i for i, g in enumerate(gold) if not is_current(done.get(g["chain_id"]), g)]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from stepcritic.eval.best_of_n import REFERENCES, SELECTORS
+
 
 def _plt():
     import matplotlib
@@ -173,8 +175,6 @@ def threshold_sweep(metrics: dict, path: str) -> bool:
 def best_of_n(metrics: dict, path: str) -> bool:
     """Accuracy of the picked answer against N: every judge's selectors, and random pick, majority vote and the
     oracle (the same for every judge, drawn once)."""
-    from stepcritic.eval.best_of_n import REFERENCES, SELECTORS
-
     sections = {name: r["overall"]["best-of-n"] for name, r in metrics["judges"].items()
                 if (r["overall"].get("best-of-n") or {}).get("ns")}
     if not sections:

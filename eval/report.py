@@ -11,6 +11,11 @@ from __future__ import annotations
 import os
 
 from stepcritic.eval import tasks as T
+from stepcritic.eval.best_of_n import REFERENCES, SELECTORS
+from stepcritic.eval.cache import write_json_atomic
+from stepcritic.eval.plots import write_plots
+from stepcritic.eval.rpts import notes as rpts_notes
+from stepcritic.eval.rpts import sensitivity_table
 
 
 def columns(tasks, table: str = "leaderboard", levels=None) -> list[T.Metric]:
@@ -136,10 +141,8 @@ def _rpts(metrics: dict, overall: dict) -> list[str]:
     """RPTS's table (each judge as the step scorer), then each judge's sensitivity to lambda and h_f."""
     if "rpts" not in metrics["tasks"]:
         return []
-    from stepcritic.eval.rpts import notes, sensitivity_table
-
     tasks = metrics["tasks"]
-    parts = ["## RPTS", "", *notes(metrics.get("rpts") or {}),
+    parts = ["## RPTS", "", *rpts_notes(metrics.get("rpts") or {}),
              leaderboard(overall, tasks, metrics["matcher"], columns(tasks, "rpts")), ""]
     scored = {name: sec["rpts"] for name, sec in overall.items() if sec["rpts"]["mean"] is not None}
     if scored:
@@ -170,8 +173,6 @@ def _number_or_dash(value, scale: int = 100) -> str:
 
 def _best_of_n(metrics: dict, overall: dict) -> list[str]:
     """The registry's table (each question with all its chains), then accuracy against N."""
-    from stepcritic.eval.best_of_n import REFERENCES, SELECTORS
-
     tasks = metrics["tasks"]
     if "best-of-n" not in tasks:
         return []
@@ -302,9 +303,6 @@ def render(metrics: dict) -> str:
 
 
 def write_report(metrics: dict, out_dir: str) -> None:
-    from stepcritic.eval.cache import write_json_atomic
-    from stepcritic.eval.plots import write_plots
-
     metrics["plots"] = write_plots(metrics, os.path.join(out_dir, "plots"))
     write_json_atomic(os.path.join(out_dir, "metrics.json"), metrics)
     tmp = os.path.join(out_dir, "report.md.tmp")

@@ -23,9 +23,15 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from stepcritic.data_prep.schema import describes, reasons
+from stepcritic.eval import best_of_n as bon
+from stepcritic.eval import correction
 from stepcritic.eval import metrics as M
+from stepcritic.eval import sweep as sw
 from stepcritic.eval import tasks as T
 from stepcritic.eval import verifier as verifier_task
+from stepcritic.eval.bootstrap import settings as bootstrap_settings
+from stepcritic.eval.intervals import add_intervals
 from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.rpts import section as rpts_section
 from stepcritic.eval.scores import chain_score, choice_records, gives, output_counts, step_scores
@@ -84,20 +90,16 @@ def explanation_matches(gold: list[dict], preds: list[dict], matcher) -> list[li
 def sweep_metrics(gold: list[dict], preds: list[dict], dev: frozenset | None = None) -> dict:
     """`sweep.threshold_sweep` over every step, the questions in `dev` choosing the threshold (by default the
     split `sweep.dev_groups` draws from these chains' questions)."""
-    from stepcritic.eval import sweep
-
     if dev is None:
-        dev = sweep.dev_groups(c["group_id"] for c in gold)
+        dev = sw.dev_groups(c["group_id"] for c in gold)
     in_dev = [c["group_id"] in dev for c in gold for _ in c["steps"]]
-    return sweep.threshold_sweep([s["correct"] for c in gold for s in c["steps"]],
-                                 [x for p in preds for x in step_scores(p)],
-                                 [v for p in preds for v in p["verdicts"]], in_dev)
+    return sw.threshold_sweep([s["correct"] for c in gold for s in c["steps"]],
+                           [x for p in preds for x in step_scores(p)],
+                           [v for p in preds for v in p["verdicts"]], in_dev)
 
 
 def critique_metrics(gold: list[dict], preds: list[dict], matcher, matches: list[list] | None = None,
                      dev: frozenset | None = None) -> dict:
-    from stepcritic.data_prep.schema import describes, reasons
-
     if matches is None:
         matches = explanation_matches(gold, preds, matcher)
     gold_steps = [s["correct"] for c in gold for s in c["steps"]]
@@ -174,14 +176,12 @@ class JudgeData:
         self.settings = settings or {}
 
     def chains(self, keep: list[int]) -> "JudgeData":
-        from stepcritic.eval.correction import slice_chains
-
         groups = {self.gold[i]["group_id"] for i in keep}
         return JudgeData([self.gold[i] for i in keep], [self.preds[i] for i in keep] if self.preds else [],
                          [q for q in self.picks if q["group_id"] in groups], self.matcher,
                          [self.matches[i] for i in keep] if self.matches else [],
                          verifier_task.slice_chains(self.verifier, keep), self.rpts,
-                         slice_chains(self.corrections, keep), self.settings)
+                         correction.slice_chains(self.corrections, keep), self.settings)
 
     def steps(self, field: str, value) -> "JudgeData":
         """Only the steps whose `field` (a step breakdown: `step_values`) is `value`; chains left without a step are
@@ -205,14 +205,10 @@ class JudgeData:
 
 # the section of each registered task, from one judge's data; a new task adds its function here
 def _best_of_n(d: JudgeData) -> dict:
-    from stepcritic.eval import best_of_n
-
-    return best_of_n.section(d.gold, d.preds, **d.settings.get("best_of_n", {}))
+    return bon.section(d.gold, d.preds, **d.settings.get("best_of_n", {}))
 
 
 def _correction(d: JudgeData) -> dict:
-    from stepcritic.eval import correction
-
     return correction.section(d.gold, d.corrections)
 
 
@@ -238,8 +234,6 @@ def section(data: JudgeData, tasks, levels=None) -> dict:
     A registered metric missing from a task's section is a bug (the registry and the computation drifted
     apart), raised here rather than shown as "–".
     """
-    from stepcritic.eval.intervals import add_intervals
-
     out = {}
     for task in tasks:
         if task not in TASK_SECTIONS:
@@ -328,10 +322,6 @@ def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, mat
     `sweep` the threshold sweep's split ({"dev_fraction", "seed"}) and `best_of_n` its subsets ({"max_subsets",
     "seed"}), None for the defaults.
     """
-    from stepcritic.eval import best_of_n as bon
-    from stepcritic.eval import sweep as sw
-    from stepcritic.eval.bootstrap import settings
-
     match = MATCHERS[matcher]() if isinstance(matcher, str) else matcher
     sweep = {"dev_fraction": sw.DEFAULT_DEV_FRACTION, "seed": sw.DEFAULT_SEED, **(sweep or {})}
     best_of_n = {"max_subsets": bon.DEFAULT_MAX_SUBSETS, "seed": bon.DEFAULT_SEED, **(best_of_n or {})}
@@ -349,5 +339,5 @@ def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, mat
                         "breakdowns": {field: _breakdown(data, tasks, field, spec) for field, spec in plan.items()}}
     return {"tasks": list(tasks), "matcher": match.name, "n_chains": len(gold),
             "n_steps": sum(len(c["steps"]) for c in gold), "n_questions": len({c["group_id"] for c in gold}),
-            "bootstrap": settings(), "breakdowns": plan, "judges": judges,
+            "bootstrap": bootstrap_settings(), "breakdowns": plan, "judges": judges,
             "sweep": {**sweep, "n_dev_questions": len(dev), "dev_questions": sorted(dev)}, "best_of_n": best_of_n}

@@ -25,6 +25,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from stepcritic.eval import metrics as M
+from stepcritic.eval.rpts_tree import data_tree
 from stepcritic.eval.scores import step_scores
 
 SENSITIVITY_LAMBDAS = (0.25, 0.5, 0.75, 1.0)
@@ -44,8 +45,6 @@ class Settings:
 
 def tree_of(chain: dict) -> dict:
     """The tree `rpts_tree.attach` gave the chain; without one (metrics computed straight from gold), the data's."""
-    from stepcritic.eval.rpts_tree import data_tree
-
     tree = chain.get("rpts")
     if tree is None:
         tree = data_tree(chain["steps"]) or {"source": None, "premises": None, "reads": None, "error": None}

@@ -32,8 +32,11 @@ import re
 import sys
 from collections import Counter
 
+from stepcritic.data_prep.prompts import rpts_tree_messages, template_hash
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir
 from stepcritic.eval.errors import EvalError
+from stepcritic.eval.judges.prompting import Prompt
+from stepcritic.eval.matchers import EmbeddingMatcher, token_f1
 
 VISUAL, TEXTUAL = "visual", "textual"
 ERROR_KINDS = ("unreadable", "steps", "dangling", "cycle", "order")
@@ -165,8 +168,6 @@ def malformed(error: TreeError) -> dict:
 # ----------------------------------------------------------------------------- building and caching
 
 def builder_fingerprint(builder) -> str:
-    from stepcritic.data_prep.prompts import template_hash
-
     blob = json.dumps({"builder": builder.fingerprint(), "template": template_hash("rpts_tree")}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -175,10 +176,7 @@ def build_trees(builder, chains: list[dict], digests: list[str], out_dir: str, p
     """chain_id -> tree for `chains` (rows with question, steps, final_answer), asking `builder` only for those its
     cache lacks and saving each batch's answers as they arrive. A failed request is not cached (a rerun asks again)
     and leaves that chain malformed ("unreadable") for this run."""
-    from tqdm.auto import tqdm
-
-    from stepcritic.data_prep.prompts import rpts_tree_messages
-    from stepcritic.eval.judges.generative import Prompt
+    from tqdm.auto import tqdm  # loaded when a judge is asked, not for `--help`
 
     # beside the judges' folders, not among them: a folder of OUT/cache/ is read back as a judge's
     name = os.path.basename(judge_cache_dir(out_dir, builder.cache_name, builder_fingerprint(builder)))
@@ -227,8 +225,6 @@ def clue_similarity(name: str):
     """(text, clue) -> similarity in [0, 1] for scoring conclusions read off the image (RPTS Sec. 3 scores them by
     semantic agreement with the ground truth): token-overlap F1, or the cosine of MiniLM embeddings. Continuous,
     not thresholded: a step close to a clue but not the same scores in between."""
-    from stepcritic.eval.matchers import EmbeddingMatcher, token_f1
-
     if name == "lexical":
         return token_f1
     if name == "embedding":

@@ -19,13 +19,20 @@ import os
 import sys
 from collections import defaultdict
 
+from stepcritic.data_prep.schema import load_chains
+from stepcritic.eval import correction, report, verifier
+from stepcritic.eval import failures as failed
 from stepcritic.eval import tasks as registry
 from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, write_jsonl_atomic
 from stepcritic.eval.config import DEFAULT_TASKS, EvalConfig  # noqa: F401  (DEFAULT_TASKS: read from here by callers)
 from stepcritic.eval.errors import EvalError, FailedRequests
+from stepcritic.eval.judge_matcher import build as build_matcher
 from stepcritic.eval.judges.base import Critique, Judge, RequestFailed, best_index
 from stepcritic.eval.judges.registry import build_judge  # noqa: F401  (read from here by scripts and the demo)
 from stepcritic.eval.judging import batch_rows, is_current, judge_chains
+from stepcritic.eval.rpts import Settings
+from stepcritic.eval.rpts_tree import attach
+from stepcritic.eval.shiftcheck import circular_shifts
 
 TASKS = tuple(registry.TASKS)
 OPTION_LETTERS = "ABCD"
@@ -55,8 +62,6 @@ def step_kinds(chain: dict) -> list:
 
 def gold_view(dataset) -> list[dict]:
     """The labels every metric needs, without images: small enough to hold for the whole dataset."""
-    from stepcritic.eval import verifier
-
     columns = ["chain_id", "group_id", "source", "generator", "category", "question", "final_answer",
                "reference_answer", "answer_correct", "chain_correct", "steps", "meta"]
     gold = []
@@ -80,8 +85,6 @@ def gold_view(dataset) -> list[dict]:
 
 
 def load_dataset(path: str, decode_images: bool, limit: int | None):
-    from stepcritic.data_prep.schema import load_chains
-
     try:
         dataset = load_chains(path, decode_images=decode_images)
     except (FileNotFoundError, ValueError) as e:  # ValueError covers SchemaError and malformed JSON lines
@@ -122,8 +125,6 @@ def shiftcheck_questions(gold: list[dict]) -> list[dict]:
 
 
 def shifted_questions(questions: list[dict]) -> list[dict]:
-    from stepcritic.eval.shiftcheck import circular_shifts
-
     out = []
     for q in questions:
         for shift, options in enumerate(circular_shifts(q["options"])):
@@ -140,7 +141,7 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
     question showing a chain that has no judgment (it failed) is left unanswered. A question whose request got
     no answer (`RequestFailed`) is not saved: it is in `failures` ({question_id: error}) and asked again next run.
     """
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # loaded when a judge is asked, not for `--help`
 
     done = cache.picks.load()
     missing = [q for q in questions if done.get(q["question_id"], {}).get("options") != q["options"]]
@@ -194,8 +195,6 @@ def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], ou
     """Judge (and ask) what this judge's cache lacks. Returns {"fingerprint", "dir": its cache folder, "run": the
     counts, "failures": {"chains": {chain_id: error}, "questions": {question_id: error}}}; `read_back` then reads
     its results for the chains that are reported."""
-    from stepcritic.eval import verifier
-
     fingerprint = judge.fingerprint()
     cache = JudgeCache(out_dir, judge.cache_name, fingerprint)
     run: dict = {"critiques": None, "picks": None}
@@ -227,8 +226,6 @@ def read_back(folder: str, name: str, fingerprint: str, gold: list[dict], questi
     """A judge's results from its cache folder: {"fingerprint", "predictions" (one per gold chain, in order),
     "picks" (one per question), "verifier" (`verifier.read`)}; None when the cache lacks a current judgment of
     some chain or question."""
-    from stepcritic.eval import verifier
-
     critiques = JsonlLog(os.path.join(folder, "critiques.jsonl"), "chain_id").load() if wants_critiques else {}
     picks = JsonlLog(os.path.join(folder, "picks.jsonl"), "question_id").load() if questions else {}
     answers = verifier.read(folder, gold) if wants_verifier else None
@@ -282,8 +279,7 @@ def evaluate(config: EvalConfig | str, *args, **kwargs) -> dict:
 
 
 def _evaluate(config: EvalConfig) -> dict:
-    from stepcritic.eval import failures as failed
-    from stepcritic.eval import report, results
+    from stepcritic.eval import results  # numpy, for the bootstrap intervals: kept out of `stepcritic eval --help`
 
     chains_path, judges, out_dir, tasks = config.chains, config.judges, config.out_dir, config.tasks
     limit, matcher, progress, log = config.limit, config.matcher, config.progress, config.log
@@ -306,9 +302,7 @@ def _evaluate(config: EvalConfig) -> dict:
     if corrector is not None and "correction" not in tasks:
         raise EvalError("a corrector only serves the correction task: add --tasks correction")
     if "correction" in tasks:
-        from stepcritic.eval.correction import check
-
-        check(judges, corrector)
+        correction.check(judges, corrector)
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
@@ -316,9 +310,6 @@ def _evaluate(config: EvalConfig) -> dict:
 
     rpts_block = None
     if "rpts" in tasks:  # every chain's tree, before any judge that scores by it (`--rpts-scorer`) is run
-        from stepcritic.eval.rpts import Settings
-        from stepcritic.eval.rpts_tree import attach
-
         rpts = rpts or Settings()
         rpts_block = {"settings": rpts.as_json(), **attach(gold, plain, out_dir, judges, tree_builder, rpts.clues,
                                                             progress)}
@@ -352,13 +343,9 @@ def _evaluate(config: EvalConfig) -> dict:
                        (p for run in runs.values() for p in run["predictions"]))
     corrections = None
     if "correction" in tasks:
-        from stepcritic.eval import correction
-
         decoded = decoded if decoded is not None else load_dataset(chains_path, True, limit)  # correctors see it
         corrections = correction.run(gold, runs, {j.name: j for j in judges}, corrector,
                                      lambda i: decoded[positions[i]], out_dir, progress)
-    from stepcritic.eval.judge_matcher import build as build_matcher
-
     match = build_matcher(matcher, out_dir, progress) if isinstance(matcher, str) else matcher
     try:
         metrics = results.compute_metrics(gold, {name: r["predictions"] for name, r in runs.items()},

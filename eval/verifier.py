@@ -31,8 +31,10 @@ from __future__ import annotations
 import json
 import os
 
-from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS, VERIFIER_TASKS
+from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS, VERIFIER_TASKS, verifier_target
 from stepcritic.eval import metrics as M
+from stepcritic.eval.cache import JsonlLog, is_judgment, write_json_atomic
+from stepcritic.eval.judges.generative import VERDICT_LABELS
 from stepcritic.eval.judging import judge_chains
 
 # MiCEval Table 2's columns, in its order: step type; description relevance, correctness, error types; logic
@@ -54,8 +56,6 @@ INDEX = "index.json"
 def targets(chain: dict) -> tuple[dict, list[dict]]:
     """The human label of every task: ({chain-level task: label}, per step {step task: label}); None where the
     task does not apply to the chain or step, or its label is missing."""
-    from stepcritic.data_prep.prompts import verifier_target
-
     return ({t: verifier_target(t, chain, None) for t in CHAIN_LEVEL_TASKS},
             [{t: verifier_target(t, chain, i) for t in STEP_TASKS} for i in range(len(chain["steps"]))])
 
@@ -66,8 +66,6 @@ class _Log:
     """What `judging.judge_chains` writes to: one task's answers, in the place of a judge's critiques."""
 
     def __init__(self, path: str):
-        from stepcritic.eval.cache import JsonlLog
-
         self.critiques = JsonlLog(path, "chain_id")
 
 
@@ -79,8 +77,6 @@ def ask(judge, dataset, gold: list[dict], folder: str, progress: bool) -> dict:
     """Ask `judge` (through `judge.verifier(task)`) every task on the chains its cache in `folder` (the judge's
     cache folder) lacks. Returns, per task, the counts of `judging.judge_chains` (None for a task it cannot answer),
     whose `failures` are the chains left unanswered (no reply came back: not saved, asked again next run)."""
-    from stepcritic.eval.cache import write_json_atomic
-
     answering = {task: judge.verifier(task) for task in TABLE_2_ORDER}
     index = {task: None if j is None else j.fingerprint() for task, j in answering.items()}
     os.makedirs(os.path.join(folder, "verifier"), exist_ok=True)
@@ -103,8 +99,6 @@ def read(folder: str, gold: list[dict]) -> dict | None:
     answer the task}. A record is {"labels": the label read per step (the chain-level task: a one-item list), None
     where nothing was asked or the reply was unreadable}. None when the folder lacks a current answer of any
     chain (never asked, or asked about other chains)."""
-    from stepcritic.eval.cache import JsonlLog, is_judgment
-
     try:
         with open(os.path.join(folder, "verifier", INDEX)) as f:
             index = json.load(f)
@@ -146,8 +140,6 @@ def items(task: str, gold: list[dict], records: list[dict] | None) -> list[tuple
 def aspect_score(task: str, label: str | None) -> float | None:
     """A verifier label on MiCEval's human scale (Sec. 6.2): 1 for the task's good labels, 0.5 for "partial"
     (partially correct), 0 otherwise; None for no label."""
-    from stepcritic.eval.judges.generative import VERDICT_LABELS
-
     if label not in VERIFIER_TASKS[task]:
         return None
     return 1.0 if label in VERDICT_LABELS[task] else 0.5 if label == "partial" else 0.0
