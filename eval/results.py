@@ -31,6 +31,7 @@ from stepcritic.eval import sweep as sw
 from stepcritic.eval import tasks as T
 from stepcritic.eval import verifier as verifier_task
 from stepcritic.eval.bootstrap import settings as bootstrap_settings
+from stepcritic.eval.config import EvalConfig
 from stepcritic.eval.intervals import add_intervals
 from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.rpts import section as rpts_section
@@ -309,32 +310,32 @@ def _breakdown(data: JudgeData, tasks, field: str, spec: dict) -> dict:
     return out
 
 
-def compute_metrics(gold: list[dict], predictions: dict, picks: dict, tasks, matcher="lexical",
-                    verifier: dict | None = None, rpts=None, corrections: dict | None = None,
-                    sweep: dict | None = None, best_of_n: dict | None = None) -> dict:
-    """metrics.json: per judge, every registered metric of `tasks` overall and per breakdown value, with counts.
+def compute_metrics(gold: list[dict], answers: dict, config: EvalConfig, matcher=None) -> dict:
+    """metrics.json: per judge, every registered metric of `config.tasks` overall and per breakdown value, with counts.
 
-    predictions[judge] lists one prediction per gold chain, in gold order (empty when no task needs
-    critiques); picks[judge] the ShiftCheck records (each with `group_id`); verifier[judge] its verifier answers
-    (`verifier.read`; None, or a judge missing, when it has none); `rpts` RPTS's settings (`rpts.Settings`, None
-    for the defaults; the trees are on the gold chains, `rpts_tree.attach`); `matcher` a name of `MATCHERS` or a
-    matcher object (`judge_matcher.LLMJudgeMatcher`); corrections[judge] its corrected answers (`correction.run`);
-    `sweep` the threshold sweep's split ({"dev_fraction", "seed"}) and `best_of_n` its subsets ({"max_subsets",
-    "seed"}), None for the defaults.
+    answers[judge] holds what the judge answered: "predictions", one per gold chain in gold order (empty when no
+    task needs critiques); "picks", the ShiftCheck records (each with `group_id`); "verifier", its verifier answers
+    (`verifier.read`; None when it has none); "corrections", its corrected answers (`correction.run`; None without
+    a corrector). Of `config`, the tasks, RPTS's settings (the trees are on the gold chains, `rpts_tree.attach`),
+    the threshold sweep's split and best-of-n's subsets count. `matcher` is the explanation matcher, built (a
+    `judge_matcher.LLMJudgeMatcher`, say) or a name of `MATCHERS`; None: `config.matcher`.
     """
+    matcher = config.matcher if matcher is None else matcher
     match = MATCHERS[matcher]() if isinstance(matcher, str) else matcher
-    sweep = {"dev_fraction": sw.DEFAULT_DEV_FRACTION, "seed": sw.DEFAULT_SEED, **(sweep or {})}
-    best_of_n = {"max_subsets": bon.DEFAULT_MAX_SUBSETS, "seed": bon.DEFAULT_SEED, **(best_of_n or {})}
+    tasks = config.tasks
+    sweep = {"dev_fraction": sw.DEFAULT_DEV_FRACTION, "seed": sw.DEFAULT_SEED, **(config.sweep or {})}
+    best_of_n = {"max_subsets": bon.DEFAULT_MAX_SUBSETS, "seed": bon.DEFAULT_SEED, **(config.best_of_n or {})}
     # one split for every judge and every breakdown: a question chooses thresholds or is tested, never both
     dev = sw.dev_groups((c["group_id"] for c in gold), sweep["dev_fraction"], sweep["seed"])
     options = {"dev": dev, "best_of_n": best_of_n}
     plan = {field: spec for field, spec in breakdown_plan(gold).items()
             if any(m.level in spec["levels"] for m in T.metrics_for(tasks))}
     judges = {}
-    for name, preds in predictions.items():
+    for name, answered in answers.items():
+        preds = answered["predictions"]
         matches = explanation_matches(gold, preds, match) if preds else []
-        data = JudgeData(gold, preds, picks[name], match, matches, (verifier or {}).get(name), rpts,
-                         (corrections or {}).get(name), options)
+        data = JudgeData(gold, preds, answered["picks"], match, matches, answered.get("verifier"), config.rpts,
+                         answered.get("corrections"), options)
         judges[name] = {"overall": section(data, tasks),
                         "breakdowns": {field: _breakdown(data, tasks, field, spec) for field, spec in plan.items()}}
     return {"tasks": list(tasks), "matcher": match.name, "n_chains": len(gold),

@@ -348,11 +348,9 @@ def _evaluate(config: EvalConfig) -> dict:
                                      lambda i: decoded[positions[i]], out_dir, progress)
     match = build_matcher(matcher, out_dir, progress) if isinstance(matcher, str) else matcher
     try:
-        metrics = results.compute_metrics(gold, {name: r["predictions"] for name, r in runs.items()},
-                                          {name: r["picks"] for name, r in runs.items()}, tasks=tasks, matcher=match,
-                                          verifier={name: r["verifier"] for name, r in runs.items()}, rpts=rpts,
-                                          corrections=corrections, sweep=config.sweep,
-                                          best_of_n=config.best_of_n)
+        answers = {name: {"predictions": r["predictions"], "picks": r["picks"], "verifier": r["verifier"],
+                          "corrections": (corrections or {}).get(name)} for name, r in runs.items()}
+        metrics = results.compute_metrics(gold, answers, config, match)
     finally:
         if match is not matcher and hasattr(match, "close"):
             match.close()
