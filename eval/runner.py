@@ -18,6 +18,8 @@ import json
 import os
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
 
 from stepcritic.data_prep.schema import load_chains
 from stepcritic.eval import correction, report, verifier
@@ -278,6 +280,48 @@ def evaluate(config: EvalConfig | str, *args, **kwargs) -> dict:
     return _evaluate(config)
 
 
+@dataclass
+class Plan:
+    """What an evaluation asks, worked out from its config before any judge is asked: the chains (`plain` without
+    images; `decoded` with them, None when no judge sees images), their gold labels, the shifted ShiftCheck
+    questions, and whether the tasks need critiques and verifier answers."""
+
+    plain: Any
+    decoded: Any
+    gold: list[dict]
+    questions: list[dict]
+    wants_critiques: bool
+    wants_verifier: bool
+
+
+def make_plan(config: EvalConfig) -> Plan:
+    """The config checked and the chains loaded, before any judge is asked: bad input fails here (`EvalError`)."""
+    judges, tasks, corrector = config.judges, config.tasks, config.corrector
+    unknown = set(tasks) - set(TASKS)
+    if unknown:
+        raise EvalError(f"unknown task(s) {sorted(unknown)}; choose from {list(TASKS)}")
+    names = [j.name for j in judges]
+    if not judges or len(set(names)) != len(names):
+        raise EvalError(f"give one or more judges with distinct names, got {names}")
+    plain = load_dataset(config.chains, decode_images=False, limit=config.limit)
+    if len(plain) == 0:
+        raise EvalError(f"chains: {config.chains} holds no chains")
+    decoded = load_dataset(config.chains, True, config.limit) if any(j.needs_images for j in judges) else None
+    gold = gold_view(plain)
+    needs = {registry.TASKS[t].needs for t in tasks}
+    questions = shifted_questions(shiftcheck_questions(gold)) if "picks" in needs else []
+    if corrector is not None and "correction" not in tasks:
+        raise EvalError("a corrector only serves the correction task: add --tasks correction")
+    if "correction" in tasks:
+        correction.check(judges, corrector)
+    try:
+        os.makedirs(config.out_dir, exist_ok=True)
+    except OSError as e:
+        raise EvalError(f"output folder {config.out_dir}: {e.strerror}") from None
+    return Plan(plain, decoded, gold, questions, wants_critiques=bool(needs & {"critiques", "corrections"}),
+                wants_verifier="verifier" in needs)
+
+
 def _evaluate(config: EvalConfig) -> dict:
     from stepcritic.eval import results  # numpy, for the bootstrap intervals: kept out of `stepcritic eval --help`
 
@@ -285,28 +329,10 @@ def _evaluate(config: EvalConfig) -> dict:
     limit, matcher, progress, log = config.limit, config.matcher, config.progress, config.log
     rpts, tree_builder, corrector = config.rpts, config.tree_builder, config.corrector
 
-    unknown = set(tasks) - set(TASKS)
-    if unknown:
-        raise EvalError(f"unknown task(s) {sorted(unknown)}; choose from {list(TASKS)}")
+    plan = make_plan(config)
+    plain, decoded, gold, questions = plan.plain, plan.decoded, plan.gold, plan.questions
+    wants_critiques, wants_verifier = plan.wants_critiques, plan.wants_verifier
     names = [j.name for j in judges]
-    if not judges or len(set(names)) != len(names):
-        raise EvalError(f"give one or more judges with distinct names, got {names}")
-    plain = load_dataset(chains_path, decode_images=False, limit=limit)
-    if len(plain) == 0:
-        raise EvalError(f"chains: {chains_path} holds no chains")
-    decoded = load_dataset(chains_path, True, limit) if any(j.needs_images for j in judges) else None
-    gold = gold_view(plain)
-    needs = {registry.TASKS[t].needs for t in tasks}
-    questions = shifted_questions(shiftcheck_questions(gold)) if "picks" in needs else []
-    wants_critiques, wants_verifier = bool(needs & {"critiques", "corrections"}), "verifier" in needs
-    if corrector is not None and "correction" not in tasks:
-        raise EvalError("a corrector only serves the correction task: add --tasks correction")
-    if "correction" in tasks:
-        correction.check(judges, corrector)
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        raise EvalError(f"output folder {out_dir}: {e.strerror}") from None
 
     rpts_block = None
     if "rpts" in tasks:  # every chain's tree, before any judge that scores by it (`--rpts-scorer`) is run
