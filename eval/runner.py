@@ -1,9 +1,10 @@
 """Run judges over a chains dataset, recording every judgment durably, then write the results.
 
-`evaluate` is the whole `stepcritic eval` job: for each judge it judges only the chains (and ShiftCheck
-questions, and the verifier questions of `eval/verifier.py`) its cache lacks, streaming the dataset through
-`Judge.judge_stream` and saving each critique as it arrives, then rebuilds `predictions.jsonl` from the caches
-and hands gold + predictions to `report` for metrics, tables and plots. A run killed at any moment and started
+`evaluate(config)` is the whole `stepcritic eval` job, in stages that hand their data one way: `make_plan` checks
+the `EvalConfig` and loads the chains; `ask_judges` has each judge judge only the chains (and ShiftCheck questions,
+and the verifier questions of `eval/verifier.py`) its cache lacks, streaming the dataset through
+`Judge.judge_stream` and saving each critique as it arrives, then reads every answer back from the caches;
+`score` computes every task's metrics (`results`); `report` renders them. A run killed at any moment and started
 again with the same arguments finishes the job with exactly one judgment per chain and judge. The report covers
 every judge whose cache in the output folder holds a judgment of every chain (and question) asked, not only the
 judges of this command.
@@ -322,26 +323,37 @@ def make_plan(config: EvalConfig) -> Plan:
                 wants_verifier="verifier" in needs)
 
 
-def _evaluate(config: EvalConfig) -> dict:
-    from stepcritic.eval import results  # numpy, for the bootstrap intervals: kept out of `stepcritic eval --help`
+@dataclass
+class Answers:
+    """What the judges answered, narrowed to what is reported: `runs` by judge name (this command's judges and those
+    an earlier command left in the output folder, as `read_back` gives them), the chains kept (`gold`, at
+    `positions` of the dataset) and the questions kept once failed requests are left out, and what the report says
+    of the failures, of earlier commands' judges and of RPTS's trees."""
 
-    chains_path, judges, out_dir, tasks = config.chains, config.judges, config.out_dir, config.tasks
-    limit, matcher, progress, log = config.limit, config.matcher, config.progress, config.log
-    rpts, tree_builder, corrector = config.rpts, config.tree_builder, config.corrector
+    runs: dict
+    gold: list[dict]
+    positions: list[int]
+    questions: list[dict]
+    failed: dict | None
+    earlier: list[str]
+    left_out: list[str]
+    rpts: dict | None
 
-    plan = make_plan(config)
-    plain, decoded, gold, questions = plan.plain, plan.decoded, plan.gold, plan.questions
+
+def ask_judges(config: EvalConfig, plan: Plan) -> Answers:
+    """Every judge asked what its cache lacks (with RPTS, every chain's tree first); failed requests stop here with
+    `FailedRequests` unless `config.allow_failures`."""
+    judges, out_dir, progress, log = config.judges, config.out_dir, config.progress, config.log
+    gold, questions = plan.gold, plan.questions
     wants_critiques, wants_verifier = plan.wants_critiques, plan.wants_verifier
-    names = [j.name for j in judges]
-
     rpts_block = None
-    if "rpts" in tasks:  # every chain's tree, before any judge that scores by it (`--rpts-scorer`) is run
-        rpts = rpts or Settings()
-        rpts_block = {"settings": rpts.as_json(), **attach(gold, plain, out_dir, judges, tree_builder, rpts.clues,
-                                                            progress)}
-    elif tree_builder is not None or any(hasattr(j, "bind_trees") for j in judges):
+    if "rpts" in config.tasks:  # every chain's tree, before any judge that scores by it (`--rpts-scorer`) is run
+        rpts = config.rpts or Settings()
+        rpts_block = {"settings": rpts.as_json(), **attach(gold, plan.plain, out_dir, judges, config.tree_builder,
+                                                            rpts.clues, progress)}
+    elif config.tree_builder is not None or any(hasattr(j, "bind_trees") for j in judges):
         raise EvalError("a tree builder or an RPTS scorer only serves RPTS: add --tasks rpts")
-    runs = {judge.name: run_judge(judge, decoded if judge.needs_images else plain, gold, questions, out_dir,
+    runs = {judge.name: run_judge(judge, plan.decoded if judge.needs_images else plan.plain, gold, questions, out_dir,
                                   wants_critiques, progress, wants_verifier) for judge in judges}
     failures = {name: run.pop("failures") for name, run in runs.items()}
     if failed.any_failed(failures) and not config.allow_failures:
@@ -365,34 +377,51 @@ def _evaluate(config: EvalConfig) -> dict:
         log(f"left out of the report: {', '.join(left_out)} (from earlier commands into {out_dir}; their cache lacks "
             "some of these chains or questions)")
     runs.update(earlier)
-    write_jsonl_atomic(os.path.join(out_dir, "predictions.jsonl"),
-                       (p for run in runs.values() for p in run["predictions"]))
+    return Answers(runs, gold, positions, questions, failed_section, sorted(earlier), left_out, rpts_block)
+
+
+def score(config: EvalConfig, plan: Plan, answers: Answers) -> dict:
+    """metrics.json's content: every task's metrics of every judge (`results.compute_metrics`, after the corrector's
+    answers for the correction task), with what the judges were asked and answered."""
+    from stepcritic.eval import results  # numpy, for the bootstrap intervals: kept out of `stepcritic eval --help`
+
+    runs, gold, matcher, corrector = answers.runs, answers.gold, config.matcher, config.corrector
     corrections = None
-    if "correction" in tasks:
-        decoded = decoded if decoded is not None else load_dataset(chains_path, True, limit)  # correctors see it
-        corrections = correction.run(gold, runs, {j.name: j for j in judges}, corrector,
-                                     lambda i: decoded[positions[i]], out_dir, progress)
-    match = build_matcher(matcher, out_dir, progress) if isinstance(matcher, str) else matcher
+    if "correction" in config.tasks:
+        # correctors see the images
+        decoded = plan.decoded if plan.decoded is not None else load_dataset(config.chains, True, config.limit)
+        corrections = correction.run(gold, runs, {j.name: j for j in config.judges}, corrector,
+                                     lambda i: decoded[answers.positions[i]], config.out_dir, config.progress)
+    match = build_matcher(matcher, config.out_dir, config.progress) if isinstance(matcher, str) else matcher
     try:
-        answers = {name: {"predictions": r["predictions"], "picks": r["picks"], "verifier": r["verifier"],
-                          "corrections": (corrections or {}).get(name)} for name, r in runs.items()}
-        metrics = results.compute_metrics(gold, answers, config, match)
+        judged = {name: {"predictions": r["predictions"], "picks": r["picks"], "verifier": r["verifier"],
+                         "corrections": (corrections or {}).get(name)} for name, r in runs.items()}
+        metrics = results.compute_metrics(gold, judged, config, match)
     finally:
         if match is not matcher and hasattr(match, "close"):
             match.close()
     for name, result in runs.items():
         metrics["judges"][name].update(run=result["run"], fingerprint=result["fingerprint"])
-    metrics["earlier_judges"] = {"included": sorted(earlier), "left_out": left_out}
-    metrics["failed"] = failed_section
-    if rpts_block is not None:
-        metrics["rpts"] = rpts_block
+    metrics["earlier_judges"] = {"included": answers.earlier, "left_out": answers.left_out}
+    metrics["failed"] = answers.failed
+    if answers.rpts is not None:
+        metrics["rpts"] = answers.rpts
     if hasattr(match, "requests"):
         metrics["matcher_requests"] = match.requests
     if corrections is not None:
         metrics["correction"] = {"corrector": None if corrector is None else corrector.name,
                                  "correctors": {name: c and c["corrector"] for name, c in corrections.items()},
                                  "requests": {name: c and c["requests"] for name, c in corrections.items()}}
-    report.write_report(metrics, out_dir)
-    for name in names + sorted(earlier):
-        log(report.summary_line(name, metrics["judges"][name]))
+    return metrics
+
+
+def _evaluate(config: EvalConfig) -> dict:
+    plan = make_plan(config)
+    answers = ask_judges(config, plan)
+    write_jsonl_atomic(os.path.join(config.out_dir, "predictions.jsonl"),
+                       (p for run in answers.runs.values() for p in run["predictions"]))
+    metrics = score(config, plan, answers)
+    report.write_report(metrics, config.out_dir)
+    for name in [j.name for j in config.judges] + answers.earlier:
+        config.log(report.summary_line(name, metrics["judges"][name]))
     return metrics
