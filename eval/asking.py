@@ -53,7 +53,7 @@ def ask(judge, jobs: list[tuple[str, Callable]], log: JsonlLog, what: str, progr
     """Ask `judge` every job `(key, make_prompt)` whose key `log` lacks, saving each answer (`{"key", "text"}`, plus
     `record(key)`) as it arrives. `make_prompt()` builds the `Prompt` only when it is sent (images are decoded
     then). Returns {"asked", "cached", "failed", "errors": {key: error}} for this run; the answers are in `log`."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # loaded when a judge is asked, not for `--help`
 
     done = log.load()
     todo, seen = [], set()

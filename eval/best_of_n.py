@@ -106,7 +106,7 @@ def subsets(size: int, n: int, group_id: str, max_subsets: int = DEFAULT_MAX_SUB
             seed: int = DEFAULT_SEED) -> list[tuple[int, ...]]:
     """The N-subsets of a question's candidates: all of them when there are at most `max_subsets`, else that many
     drawn without replacement, from a generator seeded by `seed` and the question's id."""
-    import numpy as np
+    import numpy as np  # only where a number is computed: `tasks` imports this module for `--help`
 
     if math.comb(size, n) <= max_subsets:
         return list(combinations(range(size), n))

@@ -1,7 +1,7 @@
 """`stepcritic eval`: score judges on a chains dataset and write predictions, metrics, a report and plots.
 
-Only the standard library is imported here (the runner's and the matchers' top levels are stdlib-only too:
-they give the task and matcher names), so `--help` is instant; datasets, numpy and the judges load in `main`.
+Only the standard library loads with this module (the eval modules it imports are stdlib-only at their top too),
+so `--help` is instant; datasets, numpy and the judges' libraries load when the job runs.
 """
 
 from __future__ import annotations
@@ -10,12 +10,17 @@ import argparse
 import os
 
 from stepcritic.eval.best_of_n import DEFAULT_MAX_SUBSETS
+from stepcritic.eval.cache import saved_sizes
 from stepcritic.eval.config import EvalConfig
-from stepcritic.eval.errors import EvalError
+from stepcritic.eval.errors import EvalError, FailedRequests
+from stepcritic.eval.judge_matcher import build as build_matcher
+from stepcritic.eval.judges.registry import build_judge, describe_kinds
+from stepcritic.eval.judges.rpts_scorer import RPTSScorerJudge
 from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.metrics import DEFAULT_RPTS_LAMBDA, DEFAULT_RPTS_THRESHOLD
+from stepcritic.eval.rpts import Settings
 from stepcritic.eval.rpts_tree import CLUE_MATCHERS
-from stepcritic.eval.runner import DEFAULT_TASKS, TASKS
+from stepcritic.eval.runner import DEFAULT_TASKS, TASKS, evaluate
 from stepcritic.eval.sweep import DEFAULT_DEV_FRACTION, DEFAULT_SEED
 
 EPILOG = """\
@@ -45,8 +50,6 @@ class ListJudges(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from stepcritic.eval.judges.registry import describe_kinds
-
         print(describe_kinds())
         parser.exit()
 
@@ -122,8 +125,6 @@ def rpts_settings(args: argparse.Namespace):
     h_f = None if args.rpts_hf == "final" else int(args.rpts_hf) if args.rpts_hf.isdigit() else 0
     if h_f is not None and h_f < 1:
         raise EvalError(f"--rpts-hf must be a positive integer or final, got {args.rpts_hf!r}")
-    from stepcritic.eval.rpts import Settings
-
     return Settings(lam=args.rpts_lambda, h_f=h_f, threshold=args.rpts_threshold, clues=args.rpts_clues)
 
 
@@ -141,24 +142,16 @@ def main(args: argparse.Namespace) -> int:
     """Run the evaluation. Bad input raises `EvalError`, which `stepcritic` prints as one line (exit 2)."""
     if args.limit is not None and args.limit < 1:
         raise EvalError("--limit must be at least 1")
-    if not os.path.exists(args.chains):  # checked before the slow imports below, for a fast answer
+    if not os.path.exists(args.chains):  # checked before any judge is built, for a fast answer
         raise EvalError(f"chains not found: {args.chains}")
     settings = rpts_settings(args)
     check_options(args)
-    from stepcritic.eval.cache import saved_sizes
-    from stepcritic.eval.errors import FailedRequests
-    from stepcritic.eval.judge_matcher import build as build_matcher
-    from stepcritic.eval.judges.registry import build_judge
-    from stepcritic.eval.runner import evaluate
-
     judges, builder, corrector, matcher = [], None, None, None
     before = None  # the cache's files when judging began
     try:
         for spec in args.judges:
             judges.append(build_judge(spec))  # one at a time, so `finally` closes those already built
         if args.rpts_scorer:
-            from stepcritic.eval.judges.rpts_scorer import RPTSScorerJudge
-
             inner = build_judge(args.rpts_scorer)
             try:
                 judges.append(RPTSScorerJudge(inner))

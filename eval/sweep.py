@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 
+from stepcritic.eval.metrics import step_f1
+
 DEFAULT_DEV_FRACTION = 0.3
 DEFAULT_SEED = 0
 GRID_POINTS = 101
@@ -28,7 +30,7 @@ GRID_POINTS = 101
 def dev_groups(group_ids, fraction: float = DEFAULT_DEV_FRACTION, seed: int = DEFAULT_SEED) -> frozenset:
     """The questions whose chains choose the threshold: round(fraction x questions), at least one and at least one
     left for testing, drawn by a seeded shuffle of the sorted question ids. Empty below two questions."""
-    import numpy as np
+    import numpy as np  # only where a number is computed: `tasks` imports this module for `--help`
 
     groups = sorted(set(group_ids))
     if len(groups) < 2:
@@ -39,7 +41,7 @@ def dev_groups(group_ids, fraction: float = DEFAULT_DEV_FRACTION, seed: int = DE
 
 
 def _f1_curve(incorrect, p, thresholds):
-    import numpy as np
+    import numpy as np  # only where a number is computed: `tasks` imports this module for `--help`
 
     flagged = p[None, :] >= thresholds[:, None]
     tp = (flagged & incorrect).sum(axis=1)
@@ -65,10 +67,9 @@ def threshold_sweep(gold: list[bool | None], scores: list[float | None], verdict
     have no incorrect step (no threshold is better than another) or no step is left for testing; `f1` is None when
     the test steps have no incorrect step.
     """
-    import numpy as np
+    import numpy as np  # only where a number is computed: `tasks` imports this module for `--help`
     from sklearn.metrics import precision_recall_curve
 
-    from stepcritic.eval.metrics import step_f1
 
     if not len(gold) == len(scores) == len(verdicts) == len(in_dev):
         raise ValueError("gold, scores, verdicts and in_dev must have one entry per step")

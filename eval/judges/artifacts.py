@@ -49,7 +49,7 @@ def pick_device(device: str | None) -> str:
     """The device a judge was given, else the GPU when there is one."""
     if device:
         return device
-    import torch
+    import torch  # only when no device is given: listing or checking judges needs no torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 

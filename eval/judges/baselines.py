@@ -16,6 +16,7 @@ import hashlib
 import random
 from collections.abc import Iterable, Iterator
 
+from stepcritic.data_prep.images import to_rgb
 from stepcritic.eval.judges.base import Critique, Judge
 
 
@@ -86,9 +87,7 @@ class MajorityJudge(Judge):
 
 def blank_like(image):
     """A white RGB image of the same size as `image`."""
-    from PIL import Image
-
-    from stepcritic.data_prep.images import to_rgb
+    from PIL import Image  # only the blank-image judge draws
 
     return Image.new("RGB", to_rgb(image).size, "white")
 

@@ -27,6 +27,19 @@ import json
 from collections.abc import Iterable, Iterator
 
 from stepcritic.data_prep.critique import SCORE_SCALE, parse_label, parse_letter, parse_score
+from stepcritic.data_prep.prompts import (
+    CHAIN_LEVEL_TASKS,
+    DEFAULT_TEMPLATES,
+    VERIFIER_TASKS,
+    critique_messages,
+    listwise_messages,
+    load_template,
+    score_messages,
+    step_score_messages,
+    template_hash,
+    verifier_messages,
+    verifier_target,
+)
 from stepcritic.eval.judges.base import Critique, Judge, RequestFailed
 from stepcritic.eval.judges.lookback import TEMPLATES as LOOKBACK_TEMPLATES
 from stepcritic.eval.judges.lookback import lookback_critiques
@@ -65,8 +78,6 @@ class GenerativeJudge(Judge):
         if strategy == "lookback" and mode != "critique":
             raise ValueError("strategy=lookback needs mode=critique")
         if mode == "verifier":
-            from stepcritic.data_prep.prompts import VERIFIER_TASKS
-
             if task not in VERIFIER_TASKS:
                 raise ValueError(f"unknown verifier task {task!r}; expected one of {list(VERIFIER_TASKS)}")
         if strict:  # only when set, so the fingerprints (cache keys) of lenient judges stay as they were
@@ -88,8 +99,6 @@ class GenerativeJudge(Judge):
 
     @classmethod
     def option_choices(cls) -> dict[str, tuple]:
-        from stepcritic.data_prep.prompts import VERIFIER_TASKS
-
         return {"mode": MODES, "strategy": STRATEGIES, "task": tuple(VERIFIER_TASKS)}
 
     def generate(self, prompts: list[Prompt]) -> list[Reply]:
@@ -111,8 +120,6 @@ class GenerativeJudge(Judge):
 
     def fingerprint_extra(self) -> dict:
         """Hashes of the prompt templates in use: editing a template invalidates the cache."""
-        from stepcritic.data_prep.prompts import DEFAULT_TEMPLATES, template_hash
-
         own = ["listwise"] + ({"score": ["score"], "step-score": ["step_score"]}.get(self.mode, []))
         own += LOOKBACK_TEMPLATES if self.strategy == "lookback" else []
         # keyed by file name, as when these templates lived in eval/: existing caches keep their fingerprints
@@ -128,21 +135,15 @@ class GenerativeJudge(Judge):
         """The critique or verifier template, loaded once: looking a template up by name lists the packaged
         templates folder, about 1 ms that would otherwise be spent on every prompt."""
         if getattr(self, "_prompt_template", None) is None:
-            from stepcritic.data_prep.prompts import DEFAULT_TEMPLATES, load_template
-
             self._prompt_template = load_template(self.template or DEFAULT_TEMPLATES[self.mode])
         return self._prompt_template
 
     def critique_prompt(self, chain: dict) -> Prompt:
-        from stepcritic.data_prep.prompts import critique_messages
-
         return chain_prompt(critique_messages(chain, self.prompt_template, self.notes), chain)
 
     def verifier_steps(self, chain: dict) -> list[int | None]:
         """Which steps to ask about: MiCEval asks a task only where it applies (description tasks on
         description steps, error kinds on erroneous steps...), which `verifier_target` encodes."""
-        from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS, verifier_target
-
         if self.task in CHAIN_LEVEL_TASKS:
             return [None]
         return [i for i in range(len(chain["steps"])) if verifier_target(self.task, chain, i) is not None]
@@ -150,8 +151,6 @@ class GenerativeJudge(Judge):
     def prompts_for(self, chain: dict) -> list[Prompt]:
         if self.mode == "critique":
             return [self.critique_prompt(chain)]
-        from stepcritic.data_prep.prompts import score_messages, step_score_messages, verifier_messages
-
         if self.mode == "score":
             return [chain_prompt(score_messages(chain), chain)]
         if self.mode == "step-score":
@@ -202,8 +201,6 @@ class GenerativeJudge(Judge):
                         extra={"step_scores": scores, "n_outputs": len(scores), "n_invalid": n_invalid})
 
     def _read_verifier(self, chain: dict, replies: list[Reply]) -> Critique:
-        from stepcritic.data_prep.prompts import VERIFIER_TASKS
-
         labels_allowed, good = VERIFIER_TASKS[self.task], VERDICT_LABELS.get(self.task)
         asked = self.verifier_steps(chain)
         got = [None if r.error else parse_label(r.text, labels_allowed, strict=self.strict) for r in replies]
@@ -229,8 +226,6 @@ class GenerativeJudge(Judge):
         template does not carry over (a verifier template given with mode=verifier does). A shallow copy: what a
         backend holds from its start (a client, a pool) is shared; one that loads a model on first use shares it
         too (`HFJudge`, `VLLMJudge`), so nine tasks load it once."""
-        from stepcritic.data_prep.prompts import VERIFIER_TASKS
-
         if task not in VERIFIER_TASKS:
             raise ValueError(f"unknown verifier task {task!r}; expected one of {list(VERIFIER_TASKS)}")
         judge = copy.copy(self)
@@ -246,8 +241,6 @@ class GenerativeJudge(Judge):
         when no answer came back)."""
         if not 1 <= len(chains) <= 26:
             raise ValueError(f"pick_best takes 1 to 26 chains, got {len(chains)}")
-        from stepcritic.data_prep.prompts import listwise_messages
-
         (reply,) = self.generate([chain_prompt(listwise_messages(chains), chains[0])])
         if reply.error:
             raise RequestFailed(reply.error)

@@ -38,7 +38,7 @@ class PRMJudge(ScoredJudge):
         return {"aggregate": tuple(AGGREGATES)}
 
     def scorer_class(self):
-        from stepcritic.train.scoring import PRMScorer
+        from stepcritic.train.scoring import PRMScorer  # torch and transformers, when the judge loads its model
 
         return PRMScorer
 

@@ -18,12 +18,14 @@ A judge class is built as `cls(canonical_spec, target=TARGET, **options)` (no `t
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from dataclasses import dataclass, field
 
 from stepcritic.errors import UserError
 from stepcritic.eval.errors import EvalError
 from stepcritic.eval.judges.artifacts import READS, model_folder_problem
+from stepcritic.eval.judges.base import Judge
 from stepcritic.eval.judges.scored import ScoredJudge
 
 KINDS: dict[str, tuple[str, str]] = {
@@ -100,8 +102,6 @@ def judge_class(kind: str, target: str | None = None):
 
 
 def _python_class(target: str | None):
-    from stepcritic.eval.judges.base import Judge
-
     if not target:
         raise ValueError(f"{PYTHON} needs a class, as in {PYTHON}:package.module.Class")
     module_name, _, class_name = target.replace(":", ".").rpartition(".")
@@ -229,8 +229,6 @@ def build_judge(spec: str):
 def option_usage(cls) -> list[str]:
     """Every option the registry accepts for a judge class (`OPTIONS` and the generic ones), as `name=VALUE`: the
     values it takes where they are few (`Judge.option_choices`), else its default, else its type."""
-    import inspect
-
     defaults = {}
     for klass in reversed(cls.__mro__):
         init = klass.__dict__.get("__init__")

@@ -15,7 +15,7 @@ class RewardJudge(ScoredJudge):
     ARTIFACT = "a trained reward model folder"
 
     def scorer_class(self):
-        from stepcritic.train.scoring import RewardScorer
+        from stepcritic.train.scoring import RewardScorer  # torch and transformers, when the judge loads its model
 
         return RewardScorer
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 
+from stepcritic.data_prep.critique import parse_score
+from stepcritic.data_prep.prompts import rpts_step_messages, template_hash
 from stepcritic.eval.judges.base import Critique, Judge
+from stepcritic.eval.judges.prompting import chain_prompt
 
 
 class RPTSScorerJudge(Judge):
@@ -42,8 +45,6 @@ class RPTSScorerJudge(Judge):
         self.tree_source = tree_source
 
     def fingerprint_extra(self) -> dict:
-        from stepcritic.data_prep.prompts import template_hash
-
         return {"inner": self.inner.fingerprint(), "template": template_hash("rpts_step"), "trees": self.tree_source}
 
     def premise_texts(self, chain: dict, tree: dict, k: int) -> list[str]:
@@ -56,10 +57,6 @@ class RPTSScorerJudge(Judge):
         return shown + [f"Step {p + 1}: {texts[p]}" for p in tree["premises"][k]]
 
     def judge_batch(self, chains: list[dict]) -> list[Critique]:
-        from stepcritic.data_prep.critique import parse_score
-        from stepcritic.data_prep.prompts import rpts_step_messages
-        from stepcritic.eval.judges.generative import chain_prompt
-
         asks = []
         for i, chain in enumerate(chains):
             tree = self.trees.get(chain["chain_id"])
