@@ -29,6 +29,10 @@ import os
 import random
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch loads inside the functions, so that --help stays instant
+    import torch
 
 logger = logging.getLogger("stepcritic.train")
 
@@ -73,7 +77,8 @@ class SceneConversations:
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
         self.exclude = exclude
 
-    def conversations(self, rng: random.Random, n: int, max_items: int = 6) -> list:
+    def conversations(self, rng: random.Random, n: int, max_items: int = 6, scenes: list | None = None) -> list:
+        """`n` encoded-ready conversations; their scenes' items are appended to `scenes` when given."""
         from trl.data_utils import prepare_multimodal_messages
 
         from stepcritic.data_prep.images import to_rgb
@@ -86,11 +91,53 @@ class SceneConversations:
             if scene_key(items) in self.exclude:
                 continue
             out.append(prepare_multimodal_messages(messages, images=[to_rgb(png)]))
+            if scenes is not None:
+                scenes.append(items)
         return out
 
     def batch(self, step: int, batch_size: int, steps: int = 0) -> dict:
-        rng = random.Random(f"stepcritic-base/{self.seed}/{step}")
-        return encode(self.processor, self.conversations(rng, batch_size, max_items_at(step, steps)))
+        """Batch `step`: the encoded conversations, and `cell_words` (images, cells, words), the vocabulary ids of
+        what each image token shows (-100 where none) for the alignment loss."""
+        rng, scenes = random.Random(f"stepcritic-base/{self.seed}/{step}"), []
+        batch = encode(self.processor, self.conversations(rng, batch_size, max_items_at(step, steps), scenes))
+        batch["cell_words"] = cell_words(self.processor.tokenizer, scenes)
+        return batch
+
+
+def cell_words(tokenizer, scenes: list) -> "torch.Tensor":
+    """Per image and grid cell, the ids of the words that name what is there (" big", " red", " circle") and where
+    (" top", " left"...): the targets that align an image token with the word embeddings of its content."""
+    import torch
+
+    from stepcritic.data_prep.render import CELL_NAMES, GRID
+
+    def word(w: str) -> int:
+        return tokenizer.encode(" " + w, add_special_tokens=False)[0]
+    out = torch.full((len(scenes), GRID * GRID, 5), -100, dtype=torch.long)
+    for b, items in enumerate(scenes):
+        for row in range(GRID):  # every cell says where it is; an occupied one also what is there
+            for col in range(GRID):
+                ids = [word(w) for w in CELL_NAMES[row][col].split()]
+                out[b, row * GRID + col, :len(ids)] = torch.tensor(ids)
+        for it in items:
+            where = CELL_NAMES[it.row][it.col].split()
+            ids = [word(w) for w in where] + [word(it.size), word(it.colour), word(it.shape)]
+            out[b, it.row * GRID + it.col, :len(ids)] = torch.tensor(ids)
+    return out
+
+
+def alignment_loss(model, pixel_values, words) -> "torch.Tensor":
+    """LLaVA's first stage, per image token: the token as the projector hands it to the language model should be the
+    sum of the word embeddings of what it shows (" top", " left", " big", " red", " circle"), in squared distance
+    relative to that sum's. An image token then reads like a caption of its cell, so "the circle" in a question can
+    find the circle's token the way it finds the word in a caption, instead of learning a map between unrelated
+    spaces. The embeddings are the target, not trained by this loss."""
+    from stepcritic.train.vision_pretrain import cell_features
+
+    features = cell_features(model, pixel_values, words.shape[0])  # (images, cells, hidden)
+    table = model.get_input_embeddings().weight.detach()
+    target = (table[words.clamp(min=0)] * (words != -100)[..., None]).sum(-2)  # (images, cells, hidden)
+    return (((features - target) ** 2).sum(-1) / (target ** 2).sum(-1)).mean()
 
 
 def encode(processor, conversations) -> dict:
@@ -141,12 +188,15 @@ def _schedule(steps: int, warmup: int):
 def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int = 16, learning_rate: float = 1e-3,
                   image_size: int = 96, device: str | None = None, bf16: bool = False, workers: int = 0,
                   log_every: int = 100, max_seconds: float | None = None, checkpoint_dir: str | None = None,
-                  save_every: int = 250, probe_every: int = 0, exclude: frozenset = frozenset()) -> dict:
+                  save_every: int = 250, probe_every: int = 0, exclude: frozenset = frozenset(),
+                  align_weight: float = 0.0, align_steps: int = 0) -> dict:
     """Train `model`'s language model and projector in place (vision tower frozen); returns the steps done, the
     last logged loss, the answer-token accuracy on fresh scenes, and the history of logged losses and probes.
 
     With `checkpoint_dir`, the run saves there every `save_every` steps and resumes from what it finds.
-    `max_seconds` stops early (the schedule is not stretched: resuming continues it)."""
+    `max_seconds` stops early (the schedule is not stretched: resuming continues it). `align_weight` adds the
+    alignment loss (`alignment_loss`) to every step; the first `align_steps` steps train the projector on it alone.
+    """
     import torch
 
     from stepcritic.train import archs
@@ -181,8 +231,14 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     start, loss_value, done = time.perf_counter(), float("nan"), first
     for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
         batch = {k: v.to(device) for k, v in batch.items()}
+        words = batch.pop("cell_words")
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = model(**batch).loss
+            if step < align_steps:  # the projector alone, on the alignment loss: cheap, no language model pass
+                loss = alignment_loss(model, batch["pixel_values"], words)
+            else:
+                loss = model(**batch).loss
+                if align_weight:
+                    loss = loss + align_weight * alignment_loss(model, batch["pixel_values"], words)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
@@ -215,6 +271,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     model.eval()
     rng = random.Random(f"stepcritic-base-held-out/{seed}")
     held_out = encode(processor, SceneConversations(processor, seed, image_size).conversations(rng, 64))
+    held_out.pop("cell_words", None)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         accuracy = answer_accuracy(model, {k: v.to(device) for k, v in held_out.items()})
     model.to("cpu")
@@ -239,6 +296,12 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--probe-every", type=int, default=500, help="quick held-out probe (16 per kind)")
     parser.add_argument("--save-every", type=int, default=250)
+    parser.add_argument("--align-weight", type=float, default=0.0,
+                        help="weight of the image-token alignment loss (LLaVA's first stage) beside the answers'")
+    parser.add_argument("--align-steps", type=int, default=0,
+                        help="first steps that train the projector on the alignment loss alone")
+    parser.add_argument("--init-from", help="start from the weights of another run's checkpoint.pt (not its "
+                                            "optimiser or schedule)")
     return parser
 
 
@@ -259,10 +322,14 @@ def main(args: argparse.Namespace) -> int:
         build_tiny_critic(init + ".tmp", seed=args.seed, vision_pretrain_steps=args.vision_steps)
         os.replace(init + ".tmp", init)
     model, processor = load_critic(init)
+    if args.init_from and not os.path.isfile(os.path.join(args.out, CHECKPOINT)):
+        model.load_state_dict(torch.load(args.init_from, map_location="cpu", weights_only=False)["model"])
+        logger.info("starting from the weights of %s", args.init_from)
     result = pretrain_base(model, processor, args.steps, seed=args.seed, batch_size=args.batch_size,
                            learning_rate=args.learning_rate, log_every=args.log_every,
                            max_seconds=args.max_minutes * 60 if args.max_minutes else None, checkpoint_dir=args.out,
-                           save_every=args.save_every, probe_every=args.probe_every, exclude=excluded_scenes())
+                           save_every=args.save_every, probe_every=args.probe_every, exclude=excluded_scenes(),
+                           align_weight=args.align_weight, align_steps=args.align_steps)
     from stepcritic.bench.base_probe import probe
 
     final = os.path.join(args.out, "model")
