@@ -137,7 +137,8 @@ def test_undefined_metrics_are_none_where_the_registry_says_they_can_be(run):
 def test_breakdowns_cover_every_field_with_more_than_one_value(run):
     metrics = run["metrics"]
     plan = metrics["breakdowns"]
-    assert set(plan) == {"source", "generator", "category", "step_type"}
+    # the fixture has synthetic chains, which say what kind of claim each step makes
+    assert set(plan) == {"source", "generator", "category", "step_type", "step_kind"}
     assert plan["source"]["levels"] == ["step", "chain", "group"]
     assert plan["generator"]["levels"] == ["step", "chain"]  # generators differ within a question
     assert plan["step_type"]["values"] == ["both", "description", "reasoning"]
@@ -148,7 +149,8 @@ def test_breakdowns_cover_every_field_with_more_than_one_value(run):
                 for m in metrics_for(TASKS):
                     assert has(sec, m) == (m.level in spec["levels"]), (field, value, m.name)
     report = run["report"]
-    for title in ("## By source", "## By generator", "## By category", "## By step type"):
+    assert plan["step_kind"]["levels"] == ["step"] and plan["step_kind"]["unit"] == "steps"
+    for title in ("## By source", "## By generator", "## By category", "## By step type", "## By kind of step"):
         assert title in report
     assert "question-level metrics (choice ranking, ShiftCheck) are not split by it" in report
 

@@ -252,8 +252,6 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
             entry = {"step": done, "loss": round(loss_value, 4), "max_items": max_items_at(step, steps),
                      "seconds": round(spent + elapsed, 1)}
             if probe_every and (done % probe_every == 0 or done == steps):
-                from stepcritic.bench.base_probe import probe
-
                 entry["probe"] = probe(model, processor, per_question=16, seed=123)
                 model.train()
             history.append(entry)
@@ -280,6 +278,61 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
                 done, steps, loss_value, accuracy)
     return {"steps": done, "planned_steps": steps, "loss": loss_value, "answer_token_accuracy": accuracy,
             "seconds": spent + time.perf_counter() - start, "history": history}
+
+
+def pretrain_built(model, processor, on_gpu: bool, steps: int, seed: int = 0, image_size: int = 96) -> dict:
+    """The base pre-training of a tiny critic being built (`tiny.build_tiny_critic(then=...)`), on a GPU when the
+    build runs there: bf16, larger batches, data in worker processes."""
+    return pretrain_base(model, processor, steps, seed=seed, image_size=image_size, bf16=on_gpu,
+                         device="cuda" if on_gpu else "cpu", batch_size=64 if on_gpu else 16,
+                         workers=min(8, os.cpu_count() or 1) if on_gpu else 0)
+
+
+def probe(model, processor, per_question: int = 48, caption: bool = False, seed: int = 123) -> dict:
+    """{question kind: accuracy} on `per_question` fresh scenes of 1-6 shapes each, each question alone with its
+    image (or, with `caption`, after the gold caption). An answer counts when every one of its tokens is the
+    model's argmax (teacher-forced)."""
+    import torch
+    from trl.data_utils import prepare_multimodal_messages
+
+    from stepcritic.data_prep import scene_qa
+    from stepcritic.data_prep.images import to_rgb
+    from stepcritic.data_prep.prompts import assistant_turn, user_turn, user_with_image
+    from stepcritic.data_prep.render import place, random_pairs, render_png
+
+    rng, accuracy = random.Random(seed), {}
+    model.eval()
+    for ask in scene_qa.QUESTIONS:
+        conversations = []
+        while len(conversations) < per_question:
+            items = place(rng, random_pairs(rng, rng.randint(1, 6)))
+            asked = ask(rng, items)
+            if not asked:
+                continue
+            question, answer = asked
+            messages = ([user_with_image("Describe the image."), assistant_turn(scene_qa.caption(items)),
+                         user_turn(question)] if caption else [user_with_image(question)])
+            conversations.append(prepare_multimodal_messages(messages + [assistant_turn(answer)],
+                                                             images=[to_rgb(render_png(items))]))
+        batch = encode(processor, conversations)
+        labels = batch.pop("labels")
+        with torch.no_grad():
+            predicted = model(**batch).logits[:, :-1].argmax(-1)
+        gold = labels[:, 1:]
+        hits = []
+        for row in range(len(conversations)):
+            last = _last_run((gold[row] != -100).nonzero().flatten().tolist())  # the answer turn (+ its end)
+            hits.append(bool((predicted[row, last] == gold[row, last]).all()))
+        accuracy[ask.__name__.lstrip("_")] = round(sum(hits) / len(hits), 3)
+    return accuracy
+
+
+def _last_run(positions: list[int]) -> list[int]:
+    """The last run of consecutive positions: the final assistant turn's supervised tokens."""
+    start = len(positions) - 1
+    while start > 0 and positions[start - 1] == positions[start] - 1:
+        start -= 1
+    return positions[start:]
 
 
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -330,8 +383,6 @@ def main(args: argparse.Namespace) -> int:
                            max_seconds=args.max_minutes * 60 if args.max_minutes else None, checkpoint_dir=args.out,
                            save_every=args.save_every, probe_every=args.probe_every, exclude=excluded_scenes(),
                            align_weight=args.align_weight, align_steps=args.align_steps)
-    from stepcritic.bench.base_probe import probe
-
     final = os.path.join(args.out, "model")
     model.save_pretrained(final)
     processor.save_pretrained(final)

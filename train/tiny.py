@@ -146,7 +146,7 @@ def build_tiny_critic(
     vocab_size: int = 1024,
     vision_pretrain_steps: int = 0,
     size: str = "small",
-    base_pretrain_steps: int = 0,
+    then=None,
 ) -> str:
     """Build a randomly initialised tiny VLM critic and save model + processor to `out_dir`; returns the path.
 
@@ -154,8 +154,8 @@ def build_tiny_critic(
     one synthetic grid cell for LLaVA (96 px / 32: nine image tokens, so sequences stay short) and 16 px for
     Idefics3, whose 2x2 pixel shuffle needs an even patch grid. `vision_pretrain_steps` > 0 gives the
     vision tower a short supervised pre-training on rendered scenes (see `vision_pretrain.py`); the language
-    model stays random unless `base_pretrain_steps` > 0, which then trains it (and the projector) on captions
-    and questions about rendered scenes (see `base_pretrain.py`), on a GPU when there is one.
+    model stays random unless `then(model, processor, on_gpu)` trains it before saving (`tiny_cache` passes the
+    base pre-training of `base_pretrain.py` there, on a GPU when there is one).
     """
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
@@ -173,12 +173,8 @@ def build_tiny_critic(
         from stepcritic.train.vision_pretrain import pretrain_vision
 
         pretrain_vision(model, processor, vision_pretrain_steps, seed=seed)
-    if base_pretrain_steps:
-        from stepcritic.train.base_pretrain import pretrain_base
-
-        pretrain_base(model, processor, base_pretrain_steps, seed=seed, image_size=image_size, bf16=on_gpu,
-                      device="cuda" if on_gpu else "cpu", batch_size=64 if on_gpu else 16,
-                      workers=min(8, os.cpu_count() or 1) if on_gpu else 0)
+    if then is not None:
+        then(model, processor, on_gpu)
     model.to("cpu")
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, max_new_tokens=256

@@ -7,6 +7,7 @@ instead of silently reusing a stale model or tokenizer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -43,7 +44,14 @@ def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "ll
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
     try:
-        tiny.build_tiny_critic(staging, arch=arch, **build_kwargs)
+        steps = build_kwargs.pop("base_pretrain_steps", 0)
+        then = None
+        if steps:
+            from stepcritic.train.base_pretrain import pretrain_built
+
+            then = functools.partial(pretrain_built, steps=steps, seed=build_kwargs.get("seed", 0),
+                                     image_size=build_kwargs.get("image_size", 96))
+        tiny.build_tiny_critic(staging, arch=arch, then=then, **build_kwargs)
         os.rename(staging, target)
     except OSError:
         if not target.is_dir():  # losing the rename race to another process is fine; anything else is not
