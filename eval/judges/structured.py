@@ -56,22 +56,23 @@ class StructuredDecoder:
         if extra > 0:
             cache.crop(-extra)
 
-    def choose(self, prompt, written: str, options=VERDICTS) -> str:
-        """The option with the highest total log-probability after the critique `written` so far."""
+    def _logprobs(self, prompt, written: str, continuation: str):
+        """Log-probabilities of the tokens that `continuation` adds after the critique `written` so far."""
         import torch
 
         prompt_ids, cache = prompt
         n_known = self._ids(written).shape[1]
-        scores = []
-        for option in options:
-            ids = self._ids(written + option)
-            mask = torch.ones(1, prompt_ids.shape[1] + ids.shape[1], dtype=torch.long, device=ids.device)
-            with torch.inference_mode():
-                logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
-            self._rewind(cache, prompt_ids.shape[1])
-            logprobs = logits[0].float().log_softmax(-1)
-            positions = torch.arange(n_known, ids.shape[1], device=ids.device)
-            scores.append(float(logprobs[positions - 1, ids[0, positions]].sum()))
+        ids = self._ids(written + continuation)
+        mask = torch.ones(1, prompt_ids.shape[1] + ids.shape[1], dtype=torch.long, device=ids.device)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+        self._rewind(cache, prompt_ids.shape[1])
+        positions = torch.arange(n_known, ids.shape[1], device=ids.device)
+        return logits[0].float().log_softmax(-1)[positions - 1, ids[0, positions]]
+
+    def choose(self, prompt, written: str, options=VERDICTS) -> str:
+        """The option with the highest total log-probability after the critique `written` so far."""
+        scores = [float(self._logprobs(prompt, written, option).sum()) for option in options]
         return options[max(range(len(options)), key=scores.__getitem__)]
 
     def continue_until_quote(self, prompt, written: str) -> str:
@@ -104,18 +105,7 @@ class StructuredDecoder:
 
     def text_probability(self, prompt, written: str, text: str) -> float:
         """The least probability of any token of `text` (and the quote that closes it) right after `written`."""
-        import torch
-
-        prompt_ids, cache = prompt
-        n_known = self._ids(written).shape[1]
-        ids = self._ids(written + text + '"')
-        mask = torch.ones(1, prompt_ids.shape[1] + ids.shape[1], dtype=torch.long, device=ids.device)
-        with torch.inference_mode():
-            logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
-        self._rewind(cache, prompt_ids.shape[1])
-        probs = logits[0].float().softmax(-1)
-        positions = torch.arange(n_known, ids.shape[1], device=ids.device)
-        return float(probs[positions - 1, ids[0, positions]].min())
+        return float(self._logprobs(prompt, written, text + '"').min().exp())
 
     def critique_with_notes(self, prompt_text: str, images: list, steps: list[str],
                             threshold: float = 0.5) -> tuple[str, list[float]]:
