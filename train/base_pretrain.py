@@ -353,7 +353,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         help="weight of the image-token alignment loss (LLaVA's first stage) beside the answers'")
     parser.add_argument("--align-steps", type=int, default=0,
                         help="first steps that train the projector on the alignment loss alone")
-    parser.add_argument("--init-from", help="start from the weights of another run's checkpoint.pt (not its "
+    parser.add_argument("--init-from", help="start from the weights of a model folder (the shipped base: "
+                                            "stepcritic/train/tiny_base) or of another run's checkpoint.pt (not its "
                                             "optimiser or schedule)")
     return parser
 
@@ -376,7 +377,10 @@ def main(args: argparse.Namespace) -> int:
         os.replace(init + ".tmp", init)
     model, processor = load_critic(init)
     if args.init_from and not os.path.isfile(os.path.join(args.out, CHECKPOINT)):
-        model.load_state_dict(torch.load(args.init_from, map_location="cpu", weights_only=False)["model"])
+        if os.path.isdir(args.init_from):  # a saved model, such as the shipped base
+            model.load_state_dict(load_critic(args.init_from)[0].state_dict())
+        else:
+            model.load_state_dict(torch.load(args.init_from, map_location="cpu", weights_only=False)["model"])
         logger.info("starting from the weights of %s", args.init_from)
     result = pretrain_base(model, processor, args.steps, seed=args.seed, batch_size=args.batch_size,
                            learning_rate=args.learning_rate, log_every=args.log_every,
