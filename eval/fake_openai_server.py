@@ -105,6 +105,13 @@ class FakeOpenAIServer:
             self.requests.append({"headers": dict(handler.headers), "body": body})
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        done = []
+
+        def finished():  # a request stops counting as in flight before its answer goes out: the client may send the
+            if not done:  # next one the moment it has the answer, before this thread could count this one down
+                done.append(True)
+                with self._lock:
+                    self.in_flight -= 1
         try:
             text = " ".join(m["content"] if isinstance(m["content"], str) else
                             " ".join(p.get("text", "") for p in m["content"] if p.get("type") == "text")
@@ -121,15 +128,16 @@ class FakeOpenAIServer:
                 return
             if targeted and seen <= self.fail_first:
                 message = f"bad key {handler.headers.get('Authorization')}" if self.echo_auth else "try again later"
+                finished()
                 self._send(handler, self.fail_status, {"error": {"message": message}})
                 return
             content = self.garbage if self.garbage is not None else reply_for(text)
+            finished()
             self._send(handler, 200, {"id": "fake", "object": "chat.completion", "model": body.get("model"),
                                       "choices": [{"index": 0, "finish_reason": "stop",
                                                    "message": {"role": "assistant", "content": content}}]})
         finally:
-            with self._lock:
-                self.in_flight -= 1
+            finished()
 
     @staticmethod
     def _send(handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
