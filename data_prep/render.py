@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 SHAPES = ("circle", "square", "triangle", "cross")
 PLURALS = {"circle": "circles", "square": "squares", "triangle": "triangles", "cross": "crosses"}
 COLOURS = {"red": (220, 30, 30), "green": (20, 150, 40), "blue": (30, 70, 220), "yellow": (235, 185, 0)}
+COLOUR_NAMES = tuple(COLOURS)
 SIZES = ("big", "small")
 GRID = 3
 CELL_NAMES = (
@@ -26,6 +27,10 @@ _HALF_EXTENT = {"big": 0.42, "small": 0.24}
 _GRID_LINE = (225, 225, 225)
 # below this a small shape is under 4 px across (a cross's arms under 1.5 px): shapes no longer tell apart
 MIN_IMAGE_SIZE = 24
+
+
+# the words of a relation along each axis: (the first item's is less than the second's, greater)
+AXES = {"horizontal": ("to the left of", "to the right of"), "vertical": ("above", "below")}
 
 
 @dataclass(frozen=True)

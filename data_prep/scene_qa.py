@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import random
 
-from stepcritic.data_prep.render import CELL_NAMES, COLOURS, PLURALS, SHAPES, Item, place, random_pairs, render_png
-
-COLOUR_NAMES = tuple(COLOURS)
-AXES = {"horizontal": ("to the left of", "to the right of"), "vertical": ("above", "below")}
+from stepcritic.data_prep.render import (
+    AXES,
+    CELL_NAMES,
+    COLOUR_NAMES,
+    PLURALS,
+    SHAPES,
+    Item,
+    place,
+    random_pairs,
+    render_png,
+)
 
 
 def caption(items: list[Item]) -> str:

@@ -26,8 +26,9 @@ from typing import Any, Callable
 from stepcritic.data_prep import schema
 from stepcritic.data_prep.card import write_synth_card
 from stepcritic.data_prep.render import (
+    AXES,
     CELL_NAMES,
-    COLOURS,
+    COLOUR_NAMES,
     MIN_IMAGE_SIZE,
     PLURALS,
     SHAPES,
@@ -57,7 +58,6 @@ INTRA_FAULT_RATE = 0.2
 INSERT_RATES = {"irrelevant": 0.12, "repeat": 0.1}  # per chain
 WRONG_BYSTANDER = 0.3       # an irrelevant step is also false this often (relevance "none")
 
-COLOUR_NAMES = tuple(COLOURS)
 ALL_CELLS = tuple(name for row in CELL_NAMES for name in row)
 COUNTS = (1, 2, 3)  # every counted quantity is drawn uniformly from these, so a number says nothing alone
 # a + b for a, b uniform over COUNTS: wrong totals follow the same shape as true ones
@@ -67,7 +67,6 @@ TOTAL_WEIGHTS = {2: 1, 3: 2, 4: 3, 5: 2, 6: 1}
 STEP_KINDS = {"count": "count", "colour_count": "count", "count_pair": "count", "colour": "colour",
               "position": "position", "kinds": "kind", "relation": "relation", "bigger": "relation", "total": "total",
               "more": "total", "counted_comparison": "total", "answer": "answer"}
-AXES = {"horizontal": ("to the left of", "to the right of"), "vertical": ("above", "below")}
 QUESTION_WEIGHTS = {"colour": 1, "count": 1, "existence": 1, "relation": 1, "size": 1, "sum": 1.5, "compare": 1.5}
 
 
