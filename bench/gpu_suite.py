@@ -278,10 +278,20 @@ def _dry_run(recipe: Path, overrides: list[str]) -> dict:
             "exit": code, "plan": out.getvalue().splitlines(), "problems": err.getvalue().splitlines()}
 
 
+def _card_facts(run_dir: Path) -> dict:
+    """Run time and steps per second from the model card's final metrics (training prints them as words only)."""
+    card = run_dir / "README.md"
+    found = re.search(r"## Final metrics\s+```json\n(.*?)```", card.read_text(), re.S) if card.is_file() else None
+    if not found:
+        return {}
+    metrics = json.loads(found.group(1))
+    return {key: float(metrics[name]) for key, name in (("train_runtime_s", "train_runtime"),
+                                                          ("steps_per_s", "train_steps_per_second"))
+            if isinstance(metrics.get(name), (int, float))}
+
+
 def _log_facts(text: str) -> dict:
-    patterns = {"distributed": r"distributed: (\w+, \d+ process\(es\))", "steps": r"critic to .* after (\d+) steps",
-                "train_runtime_s": r"'train_runtime': '?([\d.]+)",
-                "steps_per_s": r"'train_steps_per_second': '?([\d.]+)",
+    patterns = {"distributed": r"distributed: (\w+, \d+ process\(es\))", "steps": r"critic to .* after (\d+) steps?",
                 "peak_gpu_memory_gib": r"peak GPU memory of this process: ([\d.]+)"}
     facts = {}
     for key, pattern in patterns.items():
@@ -353,7 +363,7 @@ def launch_unit(ctx: Context, zero: int, method: str) -> dict:
     log = run_dir / "launch.log"
     code, seconds = _run_logged(command, ctx.left(), log, env)
     text = log.read_text(errors="replace")
-    info.update(exit=code, wall_s=round(seconds, 1), log=str(log), **_log_facts(text))
+    info.update(exit=code, wall_s=round(seconds, 1), log=str(log), **_log_facts(text), **_card_facts(run_dir))
     if code is None:
         raise UnitFailed(f"stopped at the time budget ({ctx.budget:.0f} s) before the run ended; log {log}", info)
     if code:
