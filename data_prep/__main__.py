@@ -1,3 +1,7 @@
-from stepcritic.data_prep.cli import main, make_parser
+"""`python -m stepcritic.data_prep ...` is `stepcritic data ...` (same parser, same one-line errors)."""
 
-raise SystemExit(main(make_parser().parse_args()))
+import sys
+
+from stepcritic.cli import main
+
+raise SystemExit(main(["data", *sys.argv[1:]]))

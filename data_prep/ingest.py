@@ -17,7 +17,7 @@ from typing import Iterator
 
 from stepcritic.data_prep import labels
 from stepcritic.data_prep.card import write_ingest_card
-from stepcritic.data_prep.schema import SchemaError, validate_chain
+from stepcritic.data_prep.schema import CHAINS_STATS_FILE, SchemaError, validate_chain
 from stepcritic.errors import UserError
 
 # format -> adapter module; each exposes `convert(raw, where, ctx) -> dict` (a chain before validation),
@@ -273,7 +273,7 @@ def _ingest(fmt: str, adapter, ctx: dict, input_path: str, out_dir: str | None, 
             save_files(writer.path, writer.features, out_dir, len(dataset))
             if n_rejected > REJECTED_INLINE:
                 shutil.copyfile(rejected_path, os.path.join(out_dir, REJECTED_FILE))
-            with open(os.path.join(out_dir, "stats.json"), "w") as f:
+            with open(os.path.join(out_dir, CHAINS_STATS_FILE), "w") as f:
                 json.dump(stats, f, indent=2)
             write_ingest_card(stats, os.path.join(out_dir, "README.md"))
         del dataset  # the memory map of the temporary file, before the folder is removed

@@ -24,6 +24,9 @@ from typing import Any, Iterable, Iterator
 from stepcritic.data_prep.labels import RATINGS, SOFT_THRESHOLD, soft_correct
 from stepcritic.errors import UserError
 
+# what ingest and synth write beside a chains folder (counts, rejections, label notes); a built dataset's own
+# statistics are `contract.STATS_FILE`
+CHAINS_STATS_FILE = "stats.json"
 STEP_TYPES = ("description", "reasoning", "both")
 DESCRIPTION_CORRECTNESS = ("correct", "partial", "unsupported")
 DESCRIPTION_RELEVANCE = ("both", "image", "logic", "none")

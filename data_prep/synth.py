@@ -772,9 +772,6 @@ def group_stats(chains: list[dict]) -> dict:
     }
 
 
-STATS_FILE = "stats.json"  # the name ingest uses too
-
-
 def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, chains_per_question: int = 3,
                        error_rate: float | None = None, level: str = "standard", overwrite: bool = True,
                        progress: bool = False) -> dict:
@@ -798,7 +795,7 @@ def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, ch
         stats = {"generator": "stepcritic.data_prep.synth", "n": n, "seed": seed, "image_size": image_size,
                  "chains_per_question": chains_per_question, "error_rate": error_rate, "level": level,
                  **counts.result()}
-        with open(os.path.join(target, STATS_FILE), "w") as f:
+        with open(os.path.join(target, schema.CHAINS_STATS_FILE), "w") as f:
             json.dump(stats, f, indent=2, sort_keys=True)
         write_synth_card(stats, os.path.join(target, "README.md"))
     return {"out_dir": out_dir, **stats}
