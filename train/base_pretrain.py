@@ -73,9 +73,10 @@ def max_items_at(step: int, steps: int, start: int = 2, end: int = 6, ramp: floa
 class SceneConversations:
     """Encoded scene conversations; batch `step` depends only on (seed, step, batch_size, steps)."""
 
-    def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6, exclude: frozenset = frozenset()):
+    def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6, exclude: frozenset = frozenset(),
+                 words: bool = False):
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
-        self.exclude = exclude
+        self.exclude, self.words = exclude, words
 
     def conversations(self, rng: random.Random, n: int, max_items: int = 6, scenes: list | None = None) -> list:
         """`n` encoded-ready conversations; their scenes' items are appended to `scenes` when given."""
@@ -96,11 +97,12 @@ class SceneConversations:
         return out
 
     def batch(self, step: int, batch_size: int, steps: int = 0) -> dict:
-        """Batch `step`: the encoded conversations, and `cell_words` (images, cells, words), the vocabulary ids of
-        what each image token shows (-100 where none) for the alignment loss."""
+        """Batch `step`: the encoded conversations and, when `words`, `cell_words` (images, cells, words), the
+        vocabulary ids of what each image token shows (-100 where none) for the alignment loss."""
         rng, scenes = random.Random(f"stepcritic-base/{self.seed}/{step}"), []
         batch = encode(self.processor, self.conversations(rng, batch_size, max_items_at(step, steps), scenes))
-        batch["cell_words"] = cell_words(self.processor.tokenizer, scenes)
+        if self.words:
+            batch["cell_words"] = cell_words(self.processor.tokenizer, scenes)
         return batch
 
 
@@ -115,14 +117,11 @@ def cell_words(tokenizer, scenes: list) -> "torch.Tensor":
         return tokenizer.encode(" " + w, add_special_tokens=False)[0]
     out = torch.full((len(scenes), GRID * GRID, 5), -100, dtype=torch.long)
     for b, items in enumerate(scenes):
+        shown = {(it.row, it.col): (it.size, it.colour, it.shape) for it in items}
         for row in range(GRID):  # every cell says where it is; an occupied one also what is there
             for col in range(GRID):
-                ids = [word(w) for w in CELL_NAMES[row][col].split()]
+                ids = [word(w) for w in (*CELL_NAMES[row][col].split(), *shown.get((row, col), ()))]
                 out[b, row * GRID + col, :len(ids)] = torch.tensor(ids)
-        for it in items:
-            where = CELL_NAMES[it.row][it.col].split()
-            ids = [word(w) for w in where] + [word(it.size), word(it.colour), word(it.shape)]
-            out[b, it.row * GRID + it.col, :len(ids)] = torch.tensor(ids)
     return out
 
 
@@ -227,11 +226,11 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed + first)
     model.to(device).train()
-    source = SceneConversations(processor, seed, image_size, exclude=exclude)
+    source = SceneConversations(processor, seed, image_size, exclude=exclude, words=bool(align_weight or align_steps))
     start, loss_value, done = time.perf_counter(), float("nan"), first
     for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
         batch = {k: v.to(device) for k, v in batch.items()}
-        words = batch.pop("cell_words")
+        words = batch.pop("cell_words", None)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             if step < align_steps:  # the projector alone, on the alignment loss: cheap, no language model pass
                 loss = alignment_loss(model, batch["pixel_values"], words)
@@ -269,7 +268,6 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     model.eval()
     rng = random.Random(f"stepcritic-base-held-out/{seed}")
     held_out = encode(processor, SceneConversations(processor, seed, image_size).conversations(rng, 64))
-    held_out.pop("cell_words", None)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         accuracy = answer_accuracy(model, {k: v.to(device) for k, v in held_out.items()})
     model.to("cpu")
