@@ -34,3 +34,22 @@ def test_a_user_error_from_any_command_exits_2_and_debug_shows_it(monkeypatch, c
     assert capsys.readouterr().err == "stepcritic data: error: chains.jsonl:3, field 'steps': expected a list\n"
     with pytest.raises(SchemaError):
         cli.main(["--debug", "data", "synth", "--n", "1", "--out", "x"])
+
+
+def test_python_m_demo_is_the_demo_command_with_its_one_line_errors(monkeypatch, capsys):
+    import runpy
+    import sys
+    import warnings
+
+    import stepcritic.demo
+
+    def fail(args):
+        raise UserError("out of disk")
+
+    monkeypatch.setattr(stepcritic.demo, "main", fail)
+    monkeypatch.setattr(sys, "argv", ["stepcritic.demo", "--quick"])
+    with pytest.raises(SystemExit) as exit_, warnings.catch_warnings():
+        # imported above to patch it, so it runs again as __main__: what `python -m` does in a fresh process
+        warnings.filterwarnings("ignore", message=".*found in sys.modules", category=RuntimeWarning)
+        runpy.run_module("stepcritic.demo", run_name="__main__")
+    assert exit_.value.code == 2 and capsys.readouterr().err == "stepcritic demo: error: out of disk\n"

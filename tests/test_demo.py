@@ -30,7 +30,7 @@ def test_quick_demo_writes_a_report_with_trained_critics_and_baselines(tmp_path)
     metrics = json.loads((out / "eval" / "metrics.json").read_text())
 
     # every target is measured from metrics.json, and its verdict follows from the measurement and the threshold
-    from stepcritic.eval.demo import TARGETS
+    from stepcritic.demo import TARGETS
 
     targets = {t["target"]: t for t in json.loads((out / "targets.json").read_text())}
     assert set(targets) == {"prm_f1", "prm_auroc", "prm_kind_auroc", "margin_over_prompted", "margin_over_trivial",

@@ -228,3 +228,11 @@ def write_demo_report(out: str, plan: dict, timings: dict, summary: list[str], e
     with open(os.path.join(out, "timings.json"), "w") as f:
         json.dump({"plan": plan, "timings_s": timings, "total_s": total}, f, indent=2)
     return path
+
+
+if __name__ == "__main__":  # `python -m stepcritic.demo ...` is `stepcritic demo ...` (same parser, one-line errors)
+    import sys
+
+    from stepcritic.cli import main as _cli_main
+
+    raise SystemExit(_cli_main(["demo", *sys.argv[1:]]))
