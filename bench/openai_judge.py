@@ -4,7 +4,7 @@
 
 Every request waits `latency` seconds at the server, as a remote model would, so the number measured is
 how well the judge overlaps requests (and what its own per-request work costs), not model speed.
-The chains are synthetic (`data_prep.synth`) and the server is `eval.fake_openai_server`, so an installed
+The chains are synthetic (`data_prep.synth`) and the server is `testing.fake_openai_server`, so an installed
 package runs it as well as a source checkout. The judge runs as `stepcritic eval` runs it: `judge_stream` over
 all chains, each critique appended (flushed and fsynced) to a judgment cache in a temporary folder as it arrives.
 """
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from stepcritic.data_prep.synth import synthesize
-    from stepcritic.eval.fake_openai_server import FakeOpenAIServer
+    from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
     base = synthesize(6, seed=0)
     chains = [dict(base[i % len(base)], chain_id=f"bench-{i}") for i in range(args.n)]

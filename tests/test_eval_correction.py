@@ -14,10 +14,10 @@ from test_prompts import as_text, check_golden
 from stepcritic import cli as stepcritic_cli
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import correction
-from stepcritic.eval.fake_openai_server import FakeOpenAIServer
 from stepcritic.eval.judges.base import Critique, Judge
 from stepcritic.eval.judges.generative import GenerativeJudge, Reply
 from stepcritic.eval.runner import EvalError, build_judge, evaluate
+from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
 
 class GullibleCorrector(GenerativeJudge):

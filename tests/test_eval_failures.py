@@ -11,8 +11,8 @@ import pytest
 from stepcritic import cli as stepcritic_cli
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval.cache import JsonlLog, is_judgment
-from stepcritic.eval.fake_openai_server import FakeOpenAIServer
 from stepcritic.eval.judges.registry import parse_spec
+from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
 TARGET = "shape 2?"  # the question of the third chain, g1-ok: the one the server fails
 TARGET_ID = "g1-ok"

@@ -10,10 +10,10 @@ from helpers import chain, chains, step
 from PIL import Image
 
 from stepcritic.data_prep.critique import parse_label, parse_letter, parse_questions, parse_score
-from stepcritic.eval.fake_openai_server import FakeOpenAIServer
 from stepcritic.eval.judges.artifacts import weights_digest
 from stepcritic.eval.judges.baselines import MajorityJudge, RandomJudge, TextOnlyJudge
 from stepcritic.eval.judges.registry import KINDS, JudgeSpec, describe_kinds, make_judge, parse_spec
+from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
 
 def fake_openai(server, **options):

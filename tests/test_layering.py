@@ -1,5 +1,6 @@
 """The one-way flow data_prep -> train -> eval, checked: judges that need no trained artifact import no training
-module, no shipped module imports test code, and no stage's modules import each other in a cycle."""
+module, no shipped module imports test code, nothing the command can reach imports the test doubles of testing/, and
+no stage's modules import each other in a cycle."""
 
 import ast
 import json
@@ -11,7 +12,9 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(REPO, "tests")
-SHIPPED_FOLDERS = ("data_prep", "train", "eval", "recipes")
+SHIPPED_FOLDERS = ("data_prep", "train", "eval", "recipes", "bench", "testing")
+# what the `stepcritic` command never runs: benchmarks may use the test doubles, nothing else may
+OUTSIDE_THE_COMMAND = ("bench", "testing")
 
 
 @pytest.mark.parametrize("module", [
@@ -66,7 +69,55 @@ def test_no_shipped_module_imports_tests():
     assert shipped_sources() and offenders == []
 
 
-STAGES = ("data_prep", "train", "eval", "bench")
+def imports_of_test_doubles(path: str, module: str) -> list[str]:
+    """Where the file of `module` names `stepcritic.testing`: imports (relative ones resolved) and any string, such
+    as a name handed to importlib, as the command table does."""
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            names = [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value]
+        else:
+            continue
+        found += [f"{node.lineno} imports {name}" for name in names
+                  if name == "stepcritic.testing" or name.startswith("stepcritic.testing.")]
+    return found
+
+
+def test_the_test_double_scan_sees_relative_imports_and_names_for_importlib(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    from ..testing import fake_openai_server\n")
+    (tmp_path / "b.py").write_text("import importlib\nimportlib.import_module('stepcritic.testing.x')\n")
+    (tmp_path / "c.py").write_text("from stepcritic import testing_notes\nfrom . import testing\n")
+    assert imports_of_test_doubles(str(tmp_path / "a.py"), "stepcritic.eval.a") == [
+        "2 imports stepcritic.testing.fake_openai_server"]
+    assert imports_of_test_doubles(str(tmp_path / "b.py"), "stepcritic.b") == ["2 imports stepcritic.testing.x"]
+    assert imports_of_test_doubles(str(tmp_path / "c.py"), "stepcritic.c") == ["2 imports stepcritic.testing"]
+
+
+def test_nothing_the_command_can_reach_imports_the_test_doubles():
+    # a test double on a shipped code path would answer in place of the real thing; every module is scanned, not
+    # one run's sys.modules, so that an import inside a rarely taken branch counts too
+    reachable = [path for path in shipped_sources()
+                 if os.path.relpath(path, REPO).split(os.sep)[0] not in OUTSIDE_THE_COMMAND]
+    offenders = []
+    for path in reachable:
+        parts = os.path.relpath(path, REPO)[:-3].split(os.sep)
+        module = ".".join(["stepcritic", *(parts[:-1] if parts[-1] == "__init__" else parts)])
+        offenders += [f"{os.path.relpath(path, REPO)}:{where}" for where in imports_of_test_doubles(path, module)]
+    assert len(reachable) > 50 and offenders == []
+
+
+STAGES = ("data_prep", "train", "eval", "bench", "testing")
 
 
 def stage_modules() -> dict[str, str]:
@@ -176,6 +227,7 @@ def test_no_import_cycle_inside_a_stage(stage):
 
 
 def test_no_import_cycle_across_stages():
-    # data flows data_prep -> train -> eval, bench measuring them: a stage importing a later one closes a loop
+    # data flows data_prep -> train -> eval, bench and experiments measuring them: a stage importing a later one
+    # closes a loop
     spanning = [cycle for cycle in import_cycles(import_graph()) if len({stage_of(m) for m in cycle}) > 1]
     assert spanning == KNOWN_CYCLES["across stages"]

@@ -203,8 +203,8 @@ def judge_specs(trained, base_url):
 
 @pytest.mark.parametrize("name", ["hf", "hf-structured", "prm", "reward", "openai", "openai-lookback"])
 def test_every_judge_kind_is_shown_both_images(name, data, trained):
-    from stepcritic.eval.fake_openai_server import FakeOpenAIServer
     from stepcritic.eval.judges.registry import make_judge
+    from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
     chains_dir, _ = data
     chains = [row for row in load_chains(chains_dir)][:2]

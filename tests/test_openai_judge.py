@@ -11,9 +11,9 @@ import pytest
 from helpers import chains
 from PIL import Image
 
-from stepcritic.eval.fake_openai_server import FakeOpenAIServer
 from stepcritic.eval.judges.openai_judge import EndpointUnavailable
 from stepcritic.eval.judges.registry import make_judge
+from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
 
 def judge_for(server, **overrides):

@@ -12,9 +12,9 @@ import pytest
 
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval.cache import JsonlLog
-from stepcritic.eval.fake_openai_server import FakeOpenAIServer
 from stepcritic.eval.judges.base import Critique, Judge
 from stepcritic.eval.runner import EvalError, build_judge, evaluate, shiftcheck_questions
+from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS_DIR)

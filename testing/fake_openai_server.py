@@ -1,7 +1,7 @@
 """A small OpenAI-compatible chat server for tests and the benchmark (127.0.0.1, random port, own thread).
 
 It ships with the package (standard library only) because `bench.openai_judge` runs against it, and shipped
-code never imports from `tests/`.
+code never imports from `tests/`; nothing the `stepcritic` command runs imports it.
 
 It answers `POST /v1/chat/completions` from what the prompt asks for: a JSON critique that flags step 2
 (the number of steps is read from the "Step k:" lines), a question list or a short answer for the
