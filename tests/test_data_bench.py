@@ -1,9 +1,9 @@
-"""`python -m stepcritic.data_prep.bench` runs every stage for each N and reports them (a smoke run on a few chains;
+"""`python -m stepcritic.bench.data_stage` runs every stage for each N and reports them (a smoke run on a few chains;
 the benchmark's own numbers are in docs/benchmarks.md)."""
 
 import json
 
-from stepcritic.data_prep import bench
+from stepcritic.bench import data_stage as bench
 
 
 def test_bench_reports_each_stage_for_each_n_and_the_time_ratio(tmp_path, capsys):

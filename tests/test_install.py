@@ -34,7 +34,8 @@ def test_fresh_venv_install(tmp_path, editable):
     site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True).stdout.strip()
     top_level = set(os.listdir(site))
-    assert not {"train", "eval", "data_prep", "recipes", "tests", "bench", "testing", "demo.py"} & top_level
+    assert not {"train", "eval", "data_prep", "recipes", "tests", "bench", "experiments", "testing",
+                "demo.py"} & top_level
     if editable:
         assert location == os.path.join(REPO, "__init__.py")
     else:

@@ -12,9 +12,9 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(REPO, "tests")
-SHIPPED_FOLDERS = ("data_prep", "train", "eval", "recipes", "bench", "testing")
-# what the `stepcritic` command never runs: benchmarks may use the test doubles, nothing else may
-OUTSIDE_THE_COMMAND = ("bench", "testing")
+SHIPPED_FOLDERS = ("data_prep", "train", "eval", "recipes", "bench", "experiments", "testing")
+# what the `stepcritic` command never runs: benchmarks and experiments may use the test doubles, nothing else may
+OUTSIDE_THE_COMMAND = ("bench", "experiments", "testing")
 
 
 @pytest.mark.parametrize("module", [
@@ -117,7 +117,7 @@ def test_nothing_the_command_can_reach_imports_the_test_doubles():
     assert len(reachable) > 50 and offenders == []
 
 
-STAGES = ("data_prep", "train", "eval", "bench", "testing")
+STAGES = ("data_prep", "train", "eval", "bench", "experiments", "testing")
 
 
 def stage_modules() -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 import re
 
-from stepcritic.bench.perception_probe import colour_questions
+from stepcritic.experiments.perception_probe import colour_questions
 
 
 def test_each_question_asks_about_a_shape_that_occurs_once_and_answers_its_colour():

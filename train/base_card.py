@@ -63,9 +63,9 @@ def write_card(folder: Path, record: dict, meta: dict) -> Path:
         "",
         "## Probe",
         "",
-        "`python -m stepcritic.bench.base_probe --model stepcritic/train/tiny_base --per-question 96`: each kind of "
-        "question asked alone with a fresh scene of 1 to 6 shapes (no caption first); an answer counts when every "
-        "token is the model's first choice.",
+        "`python -m stepcritic.experiments.base_probe --model stepcritic/train/tiny_base --per-question 96`: each "
+        "kind of question asked alone with a fresh scene of 1 to 6 shapes (no caption first); an answer counts when "
+        "every token is the model's first choice.",
         "",
         *probe_table(record["probe"]),
         "",

@@ -1,6 +1,6 @@
 """Benchmark of the data stage at scale: chains/s and peak memory of every stage, for one or more N.
 
-    python -m stepcritic.data_prep.bench --n 20000 200000 [--kinds KIND ...] [--workdir DIR] [--json FILE]
+    python -m stepcritic.bench.data_stage --n 20000 200000 [--kinds KIND ...] [--workdir DIR] [--json FILE]
 
 For each N: `data synth --n N`; the synthesised chains written out (outside the clock) as a canonical .jsonl with
 one PNG per group, as a user's own annotations would be; `data ingest --format jsonl` of that file; and
@@ -30,7 +30,7 @@ RSS_TARGET_MIB = 2000 * 1e6 / 2**20  # "under 2 GB"
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m stepcritic.data_prep.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m stepcritic.bench.data_stage", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, nargs="+", default=[20_000], help="chain counts to run (default 20000)")
     parser.add_argument("--kinds", nargs="+", choices=KIND_NAMES, default=list(KIND_NAMES), metavar="KIND",
@@ -105,7 +105,7 @@ def run_n(n: int, args, work: str) -> dict:
         os.makedirs(os.path.dirname(jsonl), exist_ok=True)
         # in a child: a fresh process's peak RSS starts from its parent's at the fork (vfork shares the memory map,
         # and exec keeps the high-water mark), so this process must stay small for the stages to measure alone
-        written = int(subprocess.run([sys.executable, "-c", "import sys; from stepcritic.data_prep.bench import "
+        written = int(subprocess.run([sys.executable, "-c", "import sys; from stepcritic.bench.data_stage import "
                                       "write_canonical_jsonl as w; print(w(sys.argv[1], sys.argv[2]))",
                                       synth_out, jsonl], check=True, capture_output=True, text=True).stdout)
         report["canonical_jsonl"] = {"chains": written, "seconds": round(time.perf_counter() - start, 2),
@@ -155,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"--n takes positive chain counts, got {args.n}", file=sys.stderr)
         return 2
     ns = sorted(set(args.n))
-    result = {"benchmark": "stepcritic.data_prep.bench", "image_size": args.image_size, "num_proc": args.num_proc,
+    result = {"benchmark": "stepcritic.bench.data_stage", "image_size": args.image_size, "num_proc": args.num_proc,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "platform": platform.platform()},

@@ -6,8 +6,8 @@ answer only needs the image tokens to carry colour; with k >= 2 the language mod
 token (bind shape to colour), which is what judging a synthetic step needs. Each row is run once from a tower
 that is random and once from one given `--vision-steps` of pre-training (see `vision_pretrain.py`).
 
-    python -m stepcritic.bench.perception_probe --items 1 3 --steps 300
-    python -m stepcritic.bench.perception_probe --items 3 --steps 300 --text   # the same lookup, in words
+    python -m stepcritic.experiments.perception_probe --items 1 3 --steps 300
+    python -m stepcritic.experiments.perception_probe --items 3 --steps 300 --text   # the same lookup, in words
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from importlib.resources import files
 
 
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.bench.perception_probe",
+    parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.experiments.perception_probe",
                                                description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, nargs="+", default=[1, 3], help="shapes per scene, one run each")
     parser.add_argument("--steps", type=int, default=300, help="SFT steps per run (batch 8)")

@@ -1,6 +1,6 @@
 """What a tiny critic's base has learnt to read off its images: held-out accuracy per kind of scene question.
 
-    python -m stepcritic.bench.base_probe --model DIR [--per-question 48] [--caption]
+    python -m stepcritic.experiments.base_probe --model DIR [--per-question 48] [--caption]
 
 Each question of `data_prep.scene_qa` is asked about fresh scenes of 1-6 shapes, alone with the image (or, with
 --caption, after the gold caption, when the answer can be copied from the caption's words instead). An answer
@@ -15,7 +15,7 @@ import json
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stepcritic.bench.base_probe", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m stepcritic.experiments.base_probe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a tiny critic folder (e.g. a cached build with base steps)")
     parser.add_argument("--per-question", type=int, default=48)
