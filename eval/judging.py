@@ -32,8 +32,9 @@ def judge_chains(judge: Judge, dataset, gold: list[dict], cache: JudgeCache, pro
     """Judge the chains missing from the cache. Returns counts: `cached`, `judged` (saved now), `invalid` (of all
     these chains' judgments, cached or new), `failed`, and `failures` ({chain_id: error}).
 
-    Each critique is written (flushed and fsynced) to the cache as soon as `judge.judge_stream` hands it
-    over, before the next one is asked for: a killed run loses only the judgments that were not finished.
+    Each critique is written (flushed; fsynced in groups, `cache.SYNC_SECONDS`) to the cache as soon as
+    `judge.judge_stream` hands it over, before the next one is asked for: a killed run loses only the judgments
+    that were not finished.
     A critique whose requests got no answer (`Critique.failed`) is no judgment: it is not saved, so the next
     run asks it again.
     """
