@@ -2,8 +2,10 @@
 
 `RowWriter` takes plain row dicts one at a time and hands them to `datasets`' `ArrowWriter` in batches that are
 bounded both in rows and in (approximate) bytes: a batch of image-carrying rows is flushed after a few tens of MB,
-however many rows that is, so peak memory depends on the batch bound, not on the number of rows. `save_files` then
-makes the written files a folder `datasets.load_from_disk` reads, without reading them again.
+however many rows that is, so peak memory depends on the batch bound, not on the number of rows. Rows made in
+another process can come already encoded (`EncodedRows`), and are written in the batches the same rows as dicts
+would have made. `save_files` then makes the written files a folder `datasets.load_from_disk` reads, without reading
+them again.
 
 What still grows with the input is what the stages must remember about every record (ids, group ids, counts), not
 the records themselves.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 
 # A batch is flushed when it holds this many rows or this many bytes of images and text, whichever comes first.
 MAX_BATCH_ROWS = 1000
@@ -30,8 +33,59 @@ def approx_bytes(value) -> int:
     return 8
 
 
+@dataclass
+class EncodedRows:
+    """Rows of an `images` column and others, encoded to Arrow for a trip between processes, each row's images once.
+
+    A row's images are its chain's, and verifier-sft has a row per task and step: written out row by row, a batch of
+    MiCEval chains (images of a few hundred KB) would cross as 10 times their size, in several copies. So `rows`
+    holds every column but the images, `images` one row per distinct image list, and `image_of` each row's
+    position in it; `RowWriter.add_encoded` puts them back together a written batch at a time."""
+
+    rows: bytes  # an Arrow stream
+    images: bytes  # an Arrow stream, one column "images"
+    image_of: list[int]
+    sizes: list[int]  # each row's `approx_bytes`, so the writer cuts the batches it would cut of the rows as dicts
+
+    @classmethod
+    def of(cls, rows: list[dict], features) -> EncodedRows:
+        from datasets import Features
+
+        distinct: dict[tuple, int] = {}  # the same images are the same objects: the chain's own
+        image_lists, image_of = [], []
+        for row in rows:
+            key = tuple(map(id, row["images"]))
+            if key not in distinct:
+                distinct[key] = len(image_lists)
+                image_lists.append(row["images"])
+            image_of.append(distinct[key])
+        others = Features({name: feature for name, feature in features.items() if name != "images"})
+        return cls(_to_arrow({name: [row.get(name) for row in rows] for name in others}, others),
+                   _to_arrow({"images": image_lists}, Features({"images": features["images"]})),
+                   image_of, [approx_bytes(row) for row in rows])
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+
+def _to_arrow(batch: dict[str, list], features) -> bytes:
+    """A batch of columns as an Arrow stream, encoded and typed as `RowWriter` writes them. Not through `datasets`'
+    `ArrowWriter`: it costs a few ms a call (schema metadata, casts), as much as encoding the rows of a batch of 64
+    chains; the writer hands the batches it joins to one."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pydict(features.encode_batch(batch), schema=features.arrow_schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
 class RowWriter:
-    """Rows of `features` into the Arrow file at `path`, flushed in batches bounded by rows and bytes."""
+    """Rows of `features` into the Arrow file at `path`, flushed in batches bounded by rows and bytes.
+
+    Rows come as dicts (`add`, `extend`) or already encoded (`add_encoded`), one way per file: the two write their
+    batches by different paths, and a file of one way is the same batch for batch as the file of the other."""
 
     def __init__(self, path: str, features, max_rows: int | None = None, max_bytes: int | None = None):
         from datasets.arrow_writer import ArrowWriter
@@ -44,25 +98,75 @@ class RowWriter:
         # around them came to half the file, counted in the resident memory of every process that opens it.
         self._writer = ArrowWriter(features=features, path=path, writer_batch_size=self.max_rows)
         self._rows: list[dict] = []
-        self._bytes = 0
+        self._pieces: list[tuple] = []  # encoded rows: (rows without images, distinct images, each row's position)
+        self._pending = self._bytes = 0
+        self._given: str | None = None  # "as dicts" or "encoded", once the first rows came
         self.n_rows = 0
 
     def add(self, row: dict) -> None:
+        self._given_as("as dicts")
         self._rows.append(row)
         self._bytes += approx_bytes(row)
+        self._pending += 1
         self.n_rows += 1
-        if len(self._rows) >= self.max_rows or self._bytes >= self.max_bytes:
+        if self._pending >= self.max_rows or self._bytes >= self.max_bytes:
             self.flush()
 
     def extend(self, rows) -> None:
         for row in rows:
             self.add(row)
 
+    def add_encoded(self, encoded: EncodedRows) -> None:
+        """Rows encoded elsewhere, cut and joined into the batches `add` would have flushed of the same rows (the
+        same bounds on the same per-row sizes), so the file is the same batch for batch. Their images are put in at
+        the flush, so memory holds the images of one written batch, not of every row of every piece."""
+        import pyarrow as pa
+
+        self._given_as("encoded")
+        table = pa.ipc.open_stream(encoded.rows).read_all()
+        images = pa.ipc.open_stream(encoded.images).read_all().column("images")
+        start = 0
+        for i, size in enumerate(encoded.sizes):
+            self._pending += 1
+            self._bytes += size
+            if self._pending >= self.max_rows or self._bytes >= self.max_bytes:
+                self._pieces.append((table.slice(start, i + 1 - start), images, encoded.image_of[start:i + 1]))
+                start = i + 1
+                self.flush()
+        if start < len(encoded.sizes):
+            self._pieces.append((table.slice(start), images, encoded.image_of[start:]))
+        self.n_rows += len(encoded.sizes)
+
+    def _given_as(self, way: str) -> None:
+        if self._given not in (None, way):
+            raise ValueError(f"{self.path}: rows {way} after rows {self._given}; one writer takes one way")
+        self._given = way
+
     def flush(self) -> None:
         if self._rows:
             columns = {name: [row.get(name) for row in self._rows] for name in self.features}
             self._writer.write_batch(self.features.encode_batch(columns))
-            self._rows, self._bytes = [], 0
+        elif self._pieces:
+            self._writer.write_table(self._joined_pieces())
+        self._rows, self._pieces, self._pending, self._bytes = [], [], 0, 0
+
+    def _joined_pieces(self):
+        import pyarrow as pa
+
+        # one record batch, each column copied into fresh buffers sized as those of rows written as dicts
+        # (`concat_arrays`, `take`): joined slices would keep their pieces' buffers, the same values in other bytes
+        columns = []
+        for name in self.features:
+            if name == "images":  # every row's images taken from the pieces' distinct ones: their only copy
+                distinct, positions, offset = [], [], 0
+                for _, images, image_of in self._pieces:
+                    distinct += images.chunks
+                    positions += [offset + i for i in image_of]
+                    offset += len(images)
+                columns.append(pa.concat_arrays(distinct).take(positions))
+            else:
+                columns.append(pa.concat_arrays([c for rows, _, _ in self._pieces for c in rows.column(name).chunks]))
+        return pa.table(columns, schema=self.features.arrow_schema)
 
     def close(self):
         """Write what is left and return the file as a memory-mapped `datasets.Dataset`."""

@@ -29,7 +29,7 @@ build that held every split at once (tests/test_data_streaming.py).
 `num_proc` > 1: forked worker processes validate each batch of chains and make and encode its rows (`_RowMaker`),
 a few batches per worker in flight; this process reads the chains, does critique-pref's label passes and
 outcome-rm's grouping (and so its validation), and writes the rows in the input's order, in the record batches a
-build in one process writes (`_ArrowRowWriter`): the same files and stats for any `num_proc`
+build in one process writes (`arrow_io.RowWriter.add_encoded`): the same files and stats for any `num_proc`
 (tests/test_build_num_proc.py).
 """
 
@@ -41,8 +41,8 @@ import os
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from stepcritic.data_prep import arrow_io, build_rows, critique, labels, pairs, prompts, schema
-from stepcritic.data_prep.arrow_io import RowWriter, approx_bytes, iter_rows, save_files, temp_dir_beside
+from stepcritic.data_prep import build_rows, critique, labels, pairs, prompts, schema
+from stepcritic.data_prep.arrow_io import EncodedRows, RowWriter, iter_rows, save_files, temp_dir_beside
 from stepcritic.data_prep.build_rows import BUILDERS, features  # noqa: F401 (the builders and columns, by kind)
 from stepcritic.data_prep.contract import KIND_NAMES as KINDS
 from stepcritic.data_prep.contract import KINDS as KIND_SPECS
@@ -228,7 +228,7 @@ class _Made:
 
     counts: _Counts
     splits: dict[str, build_rows._SplitRows]
-    arrow: dict[str, _Encoded] = field(default_factory=dict)
+    arrow: dict[str, EncodedRows] = field(default_factory=dict)
 
 
 @dataclass
@@ -262,120 +262,13 @@ class _RowMaker:
         return _Made(counts, splits)
 
     def arrow(self, records: list[dict], first: int | None) -> _Made:
-        """`rows`, encoded to Arrow where they were made (`_Encoded`): encoding is as much of the work as making them
+        """`rows`, encoded to Arrow where they were made (`EncodedRows`): encoding is as much of the work as making them
         (verifier-sft), and this way the writing process only joins and writes them."""
         made = self.rows(records, first)
         for s, out in made.splits.items():
-            made.arrow[s] = _Encoded.of(out.rows, self.columns)
+            made.arrow[s] = EncodedRows.of(out.rows, self.columns)
             out.rows = []
         return made
-
-
-@dataclass
-class _Encoded:
-    """Rows encoded to Arrow for the trip from a worker to the writing process, each chain's images once.
-
-    A row's images are its chain's, and verifier-sft has a row per task and step: written out row by row, a batch of
-    MiCEval chains (images of a few hundred KB) would cross as 10 times their size, in several copies. So `rows`
-    holds every column but the images, `images` one row per distinct image list, and `image_of` each row's
-    position in it; `_ArrowRowWriter` puts them back together a written batch at a time."""
-
-    rows: bytes  # an Arrow stream
-    images: bytes  # an Arrow stream, one column "images"
-    image_of: list[int]
-    sizes: list[int]  # each row's `approx_bytes`, for `_ArrowRowWriter` to cut the batches `RowWriter` would
-
-    @classmethod
-    def of(cls, rows: list[dict], columns) -> _Encoded:
-        from datasets import Features
-
-        distinct: dict[tuple, int] = {}  # the same images are the same objects: the chain's own
-        image_lists, image_of = [], []
-        for row in rows:
-            key = tuple(map(id, row["images"]))
-            if key not in distinct:
-                distinct[key] = len(image_lists)
-                image_lists.append(row["images"])
-            image_of.append(distinct[key])
-        others = Features({name: feature for name, feature in columns.items() if name != "images"})
-        return cls(_to_arrow({name: [row.get(name) for row in rows] for name in others}, others),
-                   _to_arrow({"images": image_lists}, Features({"images": columns["images"]})),
-                   image_of, [approx_bytes(row) for row in rows])
-
-
-def _to_arrow(batch: dict[str, list], columns) -> bytes:
-    """A batch of columns as an Arrow stream, encoded and typed as `RowWriter` writes them. Not through `datasets`'
-    `ArrowWriter`: it costs a few ms a call (schema metadata, casts), as much as encoding the rows one split of 64
-    chains gives; `_ArrowRowWriter` hands the batches it joins to one."""
-    import pyarrow as pa
-
-    table = pa.Table.from_pydict(columns.encode_batch(batch), schema=columns.arrow_schema)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-class _ArrowRowWriter:
-    """`RowWriter` for rows already in Arrow (`_Encoded`, made in worker processes): a split's pieces are cut and
-    joined into the batches `RowWriter` flushes, by the same row and byte bounds on the same per-row sizes, so the
-    file holds what a build in one process writes, batch for batch. The rows' images are put in at the flush, so
-    memory holds the images of one written batch, not of every row of every piece."""
-
-    def __init__(self, path: str, columns):
-        from datasets.arrow_writer import ArrowWriter
-
-        self.path, self.features = path, columns
-        self.max_rows, self.max_bytes = arrow_io.MAX_BATCH_ROWS, arrow_io.MAX_BATCH_BYTES
-        self._writer = ArrowWriter(features=columns, path=path, writer_batch_size=self.max_rows)
-        self._pieces: list[tuple] = []  # (rows without images, distinct images, each row's position in them)
-        self._rows = self._bytes = self.n_rows = 0
-
-    def add(self, encoded: _Encoded) -> None:
-        import pyarrow as pa
-
-        table = pa.ipc.open_stream(encoded.rows).read_all()
-        images = pa.ipc.open_stream(encoded.images).read_all().column("images")
-        start = 0
-        for i, size in enumerate(encoded.sizes):
-            self._rows += 1
-            self._bytes += size
-            if self._rows >= self.max_rows or self._bytes >= self.max_bytes:
-                self._pieces.append((table.slice(start, i + 1 - start), images, encoded.image_of[start:i + 1]))
-                start = i + 1
-                self.flush()
-        if start < len(encoded.sizes):
-            self._pieces.append((table.slice(start), images, encoded.image_of[start:]))
-        self.n_rows += len(encoded.sizes)
-
-    def flush(self) -> None:
-        import pyarrow as pa
-
-        if not self._pieces:
-            return
-        # one record batch, each column copied into fresh buffers sized as those of rows written in one process
-        # (`concat_arrays`, `take`): joined slices would keep their pieces' buffers, the same values in other bytes
-        columns = []
-        for name in self.features:
-            if name == "images":  # every row's images taken from the pieces' distinct ones: their only copy
-                distinct, positions, offset = [], [], 0
-                for _, images, image_of in self._pieces:
-                    distinct += images.chunks
-                    positions += [offset + i for i in image_of]
-                    offset += len(images)
-                columns.append(pa.concat_arrays(distinct).take(positions))
-            else:
-                columns.append(pa.concat_arrays([c for rows, _, _ in self._pieces for c in rows.column(name).chunks]))
-        self._writer.write_table(pa.table(columns, schema=self.features.arrow_schema))
-        self._pieces, self._rows, self._bytes = [], 0, 0
-
-    def close(self):
-        from datasets import Dataset
-
-        self.flush()
-        self._writer.finalize()
-        self._writer.close()
-        return Dataset.from_file(self.path)
 
 
 _MAKER: _RowMaker | None = None  # a worker process's row maker
@@ -450,11 +343,10 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
     batches = reader.batches()
     if kind == "outcome-rm":
         batches = ((None, group_batch) for group_batch in _whole_groups(reader, chains))
+    writers = {s: RowWriter(os.path.join(tmp, f"{s}.arrow"), columns) for s in SPLITS}
     if num_proc > 1:
-        writers = {s: _ArrowRowWriter(os.path.join(tmp, f"{s}.arrow"), columns) for s in SPLITS}
         making = contextlib.closing(_made_in_workers(maker, batches, num_proc))  # closed: the workers stop
     else:
-        writers = {s: RowWriter(os.path.join(tmp, f"{s}.arrow"), columns) for s in SPLITS}
         making = contextlib.nullcontext(maker.rows(records, first) for first, records in batches)
     produced = {s: build_rows._SplitRows() for s in SPLITS}
     with making as made_batches, bar(progress, f"build {kind}", total=len(chains)) as shown:
@@ -466,8 +358,8 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
                 total.labels.update(out.labels)
                 total.explanations.update(out.explanations)
                 if s in made.arrow:
-                    writers[s].add(made.arrow[s])
-                    total.n_rows += len(made.arrow[s].sizes)
+                    writers[s].add_encoded(made.arrow[s])
+                    total.n_rows += len(made.arrow[s])
                 else:
                     writers[s].extend(out.rows)
                     total.n_rows += len(out.rows)

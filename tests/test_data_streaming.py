@@ -118,6 +118,27 @@ def test_row_writer_flushes_by_bytes(tmp_path):
     assert len(written) == 10 and written.cast_column("images", List(Image(decode=False)))[9]["images"][0] == image
 
 
+def test_row_writer_writes_encoded_rows_in_the_batches_of_the_same_rows_as_dicts(tmp_path):
+    import filecmp
+
+    features = build_rows.features("critique-sft")
+    small, medium, large = ([{"bytes": os.urandom(size), "path": None}] for size in (300, 600, 3000))
+    images = [large if i % 9 == 8 else (small, medium)[i % 2] for i in range(23)]  # batches cut by rows and by bytes
+    rows = [{"messages": [], "images": images[i], "chain_id": f"c{i}", "group_id": f"g{i % 4}"} for i in range(23)]
+    as_dicts = arrow_io.RowWriter(str(tmp_path / "dicts.arrow"), features, max_rows=5, max_bytes=3000)
+    as_dicts.extend(rows)
+    encoded = arrow_io.RowWriter(str(tmp_path / "encoded.arrow"), features, max_rows=5, max_bytes=3000)
+    for piece in (rows[:2], rows[2:11], rows[11:12], rows[12:]):  # pieces cut across the written batches
+        encoded.add_encoded(arrow_io.EncodedRows.of(piece, features))
+    assert as_dicts.n_rows == encoded.n_rows == 23
+    assert as_dicts.close().to_list() == encoded.close().to_list()
+    assert filecmp.cmp(tmp_path / "dicts.arrow", tmp_path / "encoded.arrow", shallow=False)
+    mixed = arrow_io.RowWriter(str(tmp_path / "mixed.arrow"), features)
+    mixed.add_encoded(arrow_io.EncodedRows.of(rows[:2], features))
+    with pytest.raises(ValueError, match="one writer takes one way"):
+        mixed.add(rows[2])
+
+
 # ----------------------------------------------------------------------------- ingest and synth
 
 def canonical_file(path, records):
