@@ -17,7 +17,7 @@ from stepcritic.eval import best_of_n, verifier
 from stepcritic.eval import metrics as M
 from stepcritic.eval import tasks as T
 from stepcritic.eval.bootstrap import GroupBootstrap, interval
-from stepcritic.eval.scores import choice_records, output_counts, step_scores
+from stepcritic.eval.scores import choice_records
 from stepcritic.eval.shiftcheck import group_outcomes
 
 
@@ -26,34 +26,48 @@ def _draws(groups: tuple) -> GroupBootstrap:
     return GroupBootstrap(groups)  # the draws depend only on the questions: every judge gets the same
 
 
-def _steps(data):
-    return [(c["group_id"], s, v, m) for c, p, matches in zip(data.gold, data.preds, data.matches)
-            for s, v, m in zip(c["steps"], p["verdicts"], matches)]
+def _undefined(boot: GroupBootstrap) -> np.ndarray:
+    return np.full(len(boot.counts), np.nan)
+
+
+def _step_groups(data, boot: GroupBootstrap) -> np.ndarray:
+    """Per step in view, its question's position in `boot`."""
+    g = data.cols
+    return boot.codes(g.group_names)[g.group[data.view.step_chain]]
 
 
 def step_f1(data, boot: GroupBootstrap) -> np.ndarray:
-    items = [(g, s["correct"] is False, v is False) for g, s, v, _ in _steps(data) if s["correct"] is not None]
-    return boot.f1(*zip(*items)) if items else np.full(len(boot.counts), np.nan)
+    gold, pred = data.cols.correct[data.view.steps], data.answers.verdict[data.view.steps]
+    known = ~np.isnan(gold)
+    return boot.f1(_step_groups(data, boot)[known], gold[known] == 0, pred[known] == 0) if known.any() else (
+        _undefined(boot))
 
 
 def step_auroc(data, boot: GroupBootstrap) -> np.ndarray:
-    items = [(c["group_id"], s["correct"] is False, 1.0 - x) for c, p in zip(data.gold, data.preds)
-             for s, x in zip(c["steps"], step_scores(p)) if s["correct"] is not None and x is not None]
-    return boot.auroc(*zip(*items)) if items else np.full(len(boot.counts), np.nan)
+    gold, score = data.cols.correct[data.view.steps], data.answers.score[data.view.steps]
+    known = ~np.isnan(gold) & ~np.isnan(score)
+    return boot.auroc(_step_groups(data, boot)[known], gold[known] == 0, 1.0 - score[known]) if known.any() else (
+        _undefined(boot))
 
 
 def answer_f1(data, boot: GroupBootstrap) -> np.ndarray:
-    items = [(c["group_id"], c["answer_correct"] is False, p["answer_correct"] is False)
-             for c, p in zip(data.gold, data.preds) if c["answer_correct"] is not None]
-    return boot.f1(*zip(*items)) if items else np.full(len(boot.counts), np.nan)
+    g, chains = data.cols, data.view.chains
+    gold, pred = g.answer[chains], data.answers.answer[chains]
+    known = ~np.isnan(gold)
+    groups = boot.codes(g.group_names)[g.group[chains]]
+    return boot.f1(groups[known], gold[known] == 0, pred[known] == 0) if known.any() else _undefined(boot)
 
 
 def explanation_f1(data, boot: GroupBootstrap) -> np.ndarray:
     """`metrics.explanation_match_f1` per resample: fractional hits, unreferenced incorrect steps left out."""
-    items = [(g, m if s["correct"] is False and v is False else 0.0, v is False, s["correct"] is False)
-             for g, s, v, m in _steps(data)
-             if s["correct"] is not None and not (s["correct"] is False and m is None)]
-    return boot.fractional_f1(*zip(*items)) if items else np.full(len(boot.counts), np.nan)
+    steps = data.view.steps
+    gold, pred, match = data.cols.correct[steps], data.answers.verdict[steps], data.answers.match[steps]
+    incorrect, flagged = gold == 0, pred == 0
+    kept = ~np.isnan(gold) & ~(incorrect & np.isnan(match))
+    if not kept.any():
+        return _undefined(boot)
+    hits = np.where(incorrect & flagged, match, 0.0)
+    return boot.fractional_f1(_step_groups(data, boot)[kept], hits[kept], flagged[kept], incorrect[kept])
 
 
 def viscore(data, boot: GroupBootstrap) -> np.ndarray:
@@ -63,8 +77,8 @@ def viscore(data, boot: GroupBootstrap) -> np.ndarray:
 
 
 def invalid_rate(data, boot: GroupBootstrap) -> np.ndarray:
-    counts = [output_counts(p) for p in data.preds]
-    return boot.ratio([c["group_id"] for c in data.gold], [k for _, k in counts], [n for n, _ in counts])
+    g, chains, a = data.cols, data.view.chains, data.answers
+    return boot.ratio(boot.codes(g.group_names)[g.group[chains]], a.n_invalid[chains], a.n_outputs[chains])
 
 
 def choice_ranking_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
@@ -115,11 +129,12 @@ STATISTICS = {"step_f1": step_f1, "step_auroc": step_auroc, "answer_f1": answer_
               "correction_own_gain": correction_own_gain}
 
 
-def add_intervals(section: dict, data, tasks) -> None:
+def add_intervals(section: dict, data, tasks, levels=None) -> None:
     """Put `[low, high]` at each headline metric's `ci_key` in `section`; None for an undefined metric, for
-    fewer than two questions, or when too few resamples define it."""
-    groups = tuple(sorted({c["group_id"] for c in data.gold} | {q["group_id"] for q in data.picks}))
-    for metric in (m for m in T.metrics_for(tasks) if m.headline):
+    fewer than two questions, or when too few resamples define it. With `levels`, only the metrics of those levels
+    (the rest of the section is not shown)."""
+    groups = tuple(sorted(set(data.view.group_ids()) | {q["group_id"] for q in data.picks}))
+    for metric in (m for m in T.metrics_for(tasks) if m.headline and (levels is None or m.level in levels)):
         if metric.name not in STATISTICS:
             raise KeyError(f"headline metric {metric.name!r} has no bootstrap statistic in eval/intervals.py")
         defined = T.lookup(section, metric) is not None and len(groups) > 1

@@ -13,16 +13,18 @@ item; a predicted None (unparseable output) is an answer that flagged nothing. S
 (BiasRate on CMMU's 0-100 percentage scale; correction gain on [-1, 1]); a score that is undefined
 for the data given (no items, a constant input) is None, never a made-up 0.
 
-Which of these `stepcritic eval` reports, under which key and direction, is registered in
-`stepcritic.eval.tasks`. scipy and scikit-learn are imported inside the functions that use them, so
-importing this module (for that registry, say) costs only the standard library.
+Every function takes plain lists (None for unknown) or the arrays `stepcritic.eval.columns` builds (labels as
+floats, NaN for None; `as_labels`), and counts with numpy: `stepcritic eval` computes each metric once per breakdown
+value over arrays. Which of these it reports, under which key and direction, is registered in
+`stepcritic.eval.tasks`. numpy, scipy and scikit-learn are imported inside the functions that use them, so importing
+this module (for that registry, say) costs only the standard library.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 from stepcritic.eval.matchers import ExplanationMatcher
 from stepcritic.eval.shiftcheck import shiftcheck  # noqa: F401  (CMMU's metrics are read from here with the others)
@@ -32,14 +34,42 @@ from stepcritic.eval.shiftcheck import shiftcheck  # noqa: F401  (CMMU's metrics
 DEFAULT_RPTS_LAMBDA = 0.5
 
 
+# ----------------------------------------------------------------------------- labels as arrays
+
+def as_labels(values):
+    """True / False / None (or numbers / None) as a float array of 1.0 / 0.0 / NaN; a float array is taken as is."""
+    import numpy as np
+
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        return values
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def _sequential_sum(values) -> float:
+    """The float sum added left to right, as Python's `sum` over a list does it, so a total does not depend on
+    whether it was added from a list or from an array."""
+    import numpy as np
+
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
+
+
 # ----------------------------------------------------------------------------- VISCO: F1 family
 
-def _flag_vectors(gold: list, pred: list) -> tuple[list[bool], list[bool], int]:
-    """Per scored item: gold says incorrect, prediction says incorrect; plus how many predictions were None."""
-    if len(gold) != len(pred):
-        raise ValueError(f"gold has {len(gold)} labels but pred has {len(pred)}")
-    pairs = [(g, p) for g, p in zip(gold, pred) if g is not None]
-    return [g is False for g, _ in pairs], [p is False for _, p in pairs], sum(p is None for _, p in pairs)
+def _flag_vectors(gold, pred):
+    """Per scored item: gold says incorrect, prediction says incorrect (boolean arrays); plus how many predictions
+    were None."""
+    import numpy as np
+
+    g, p = as_labels(gold), as_labels(pred)
+    if len(g) != len(p):
+        raise ValueError(f"gold has {len(g)} labels but pred has {len(p)}")
+    scored = ~np.isnan(g)
+    return g[scored] == 0, p[scored] == 0, int(np.isnan(p[scored]).sum())
+
+
+def _f1_counts(tp: int, n_true: int, n_pred: int) -> float:
+    """F1 from counts, as scikit-learn computes it (2 tp / (true + predicted), 0 when both are 0)."""
+    return 2 * tp / (n_true + n_pred) if n_true + n_pred else 0.0
 
 
 def step_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
@@ -52,19 +82,14 @@ def step_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
     when no scored step is incorrect (VISCO Sec. 3.1.1 scores how well errors are found: without an
     error there is nothing to find, and 0 would read as a failure).
     """
-    from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
-
     y_true, y_pred, n_unparsed = _flag_vectors(gold, pred)
-    if not y_true:
+    if not len(y_true):
         return {"precision": None, "recall": None, "f1": None, "tp": 0, "fp": 0, "fn": 0, "n": 0, "n_unparsed": 0}
-    precision, recall, f1, _ = precision_recall_fscore_support(
-        y_true, y_pred, average="binary", pos_label=True, zero_division=0)
-    _, fp, fn, tp = confusion_matrix(y_true, y_pred, labels=[False, True]).ravel()
-    if not any(y_true):
-        recall = f1 = None
-    return {"precision": float(precision), "recall": None if recall is None else float(recall),
-            "f1": None if f1 is None else float(f1),
-            "tp": int(tp), "fp": int(fp), "fn": int(fn), "n": len(y_true), "n_unparsed": n_unparsed}
+    tp, n_true, n_pred = int((y_true & y_pred).sum()), int(y_true.sum()), int(y_pred.sum())
+    precision = tp / n_pred if n_pred else 0.0
+    recall, f1 = (tp / n_true, _f1_counts(tp, n_true, n_pred)) if n_true else (None, None)
+    return {"precision": precision, "recall": recall, "f1": f1, "tp": tp, "fp": n_pred - tp, "fn": n_true - tp,
+            "n": len(y_true), "n_unparsed": n_unparsed}
 
 
 def step_macro_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
@@ -72,13 +97,11 @@ def step_macro_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
     so a judge that flags everything (or nothing) cannot look good on a benchmark where most steps are right.
     Steps with gold None are skipped; a predicted None counts as "not flagged", as in `step_f1`. Each class's F1
     is None when that class never occurs in gold, and the macro mean is None unless both occur."""
-    from sklearn.metrics import f1_score
-
     y_true, y_pred, _ = _flag_vectors(gold, pred)
     per_class = {}
-    for name, positive in (("f1_incorrect", True), ("f1_correct", False)):
-        present = any(t == positive for t in y_true)
-        per_class[name] = float(f1_score(y_true, y_pred, pos_label=positive, zero_division=0)) if present else None
+    for name, (t, p) in (("f1_incorrect", (y_true, y_pred)), ("f1_correct", (~y_true, ~y_pred))):
+        n_true = int(t.sum())
+        per_class[name] = _f1_counts(int((t & p).sum()), n_true, int(p.sum())) if n_true else None
     both = None not in per_class.values()
     return {**per_class, "macro_f1": (per_class["f1_incorrect"] + per_class["f1_correct"]) / 2 if both else None,
             "n": len(y_true)}
@@ -87,13 +110,22 @@ def step_macro_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
 def step_auroc(gold: list[bool | None], scores: list[float | None]) -> float | None:
     """Area under the ROC curve of finding incorrect steps from a judge's step scores (higher score = more
     likely correct): threshold-free, so score-based judges (PRMs) compare before any threshold is chosen.
-    Steps where gold or score is None are skipped; None unless both classes remain."""
-    from sklearn.metrics import roc_auc_score
+    Steps where gold or score is None are skipped; None unless both classes remain. Ties count a half (the
+    trapezoid of the ROC curve)."""
+    import numpy as np
 
-    pairs = [(g is False, 1.0 - s) for g, s in zip(gold, scores, strict=True) if g is not None and s is not None]
-    if len({flag for flag, _ in pairs}) < 2:
+    g, s = as_labels(gold), as_labels(scores)
+    if len(g) != len(s):
+        raise ValueError("gold and scores must have one entry per step")
+    kept = ~np.isnan(g) & ~np.isnan(s)
+    positive = g[kept] == 0
+    if positive.all() or not positive.any():
         return None
-    return float(roc_auc_score([flag for flag, _ in pairs], [score for _, score in pairs]))
+    # per distinct score: positive and negative counts; AUC = P(score of a positive > a negative) + ties / 2
+    _, level = np.unique(1.0 - s[kept], return_inverse=True)
+    pos = np.bincount(level, weights=positive)
+    neg = np.bincount(level, weights=~positive)
+    return float((pos * (np.cumsum(neg) - neg + neg / 2)).sum() / (pos.sum() * neg.sum()))
 
 
 def answer_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
@@ -111,21 +143,17 @@ def explanation_match_f1(gold: list[bool | None], pred: list[bool | None], match
     VISCO Sec. 3.1.1. All three scores are None when no incorrect step has a reference (data without
     reference critiques, such as MiCEval: F1_e cannot be computed there, which is not a score of 0).
     """
-    if not len(gold) == len(pred) == len(match):
+    import numpy as np
+
+    g, p, m = as_labels(gold), as_labels(pred), as_labels(match)
+    if not len(g) == len(p) == len(m):
         raise ValueError("gold, pred and match must have one entry per step")
-    tp = 0.0
-    n = n_flagged = n_incorrect = n_unreferenced = 0
-    for g, p, m in zip(gold, pred, match):
-        if g is None:
-            continue
-        if g is False and m is None:
-            n_unreferenced += 1
-            continue
-        n += 1
-        n_flagged += p is False
-        n_incorrect += g is False
-        if g is False and p is False:
-            tp += m
+    incorrect = g == 0
+    unreferenced = incorrect & np.isnan(m)
+    counted = ~np.isnan(g) & ~unreferenced
+    n, n_unreferenced = int(counted.sum()), int(unreferenced.sum())
+    n_flagged, n_incorrect = int((counted & (p == 0)).sum()), int((counted & incorrect).sum())
+    tp = _sequential_sum(m[counted & incorrect & (p == 0)])
     precision = tp / n_flagged if n_flagged else 0.0
     recall = tp / n_incorrect if n_incorrect else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
@@ -232,21 +260,39 @@ def calibration(gold_incorrect: list[bool], p_incorrect: list[float], n_bins: in
     """Reliability curve and Brier score of a judge's step probabilities P(incorrect) against the gold
     labels (True = the step is incorrect). Everything is None (empty curves) when there is no probability
     or the steps are all of one class."""
-    if len(set(gold_incorrect)) < 2:
-        return {"mean_predicted": [], "fraction_incorrect": [], "brier": None, "n": len(gold_incorrect)}
-    from sklearn.calibration import calibration_curve
-    from sklearn.metrics import brier_score_loss
+    import numpy as np
 
-    frac_incorrect, mean_p = calibration_curve(gold_incorrect, p_incorrect, n_bins=n_bins)
+    y, p = np.asarray(gold_incorrect, dtype=bool), np.asarray(p_incorrect, dtype=float)
+    if y.all() or not y.any():
+        return {"mean_predicted": [], "fraction_incorrect": [], "brier": None, "n": len(y)}
+    if p.min() < 0 or p.max() > 1:
+        raise ValueError("y_prob has values outside [0, 1].")
+    # scikit-learn's calibration_curve (uniform bins) and brier_score_loss, step by step
+    bins = np.searchsorted(np.linspace(0.0, 1.0, n_bins + 1)[1:-1], p)
+    total = np.bincount(bins, minlength=n_bins)
+    nonzero = total != 0
+    frac_incorrect = np.bincount(bins, weights=y, minlength=n_bins)[nonzero] / total[nonzero]
+    mean_p = np.bincount(bins, weights=p, minlength=n_bins)[nonzero] / total[nonzero]
+    label = y.astype(float)
+    brier = np.mean((1 - label - (1 - p)) ** 2 + (label - p) ** 2) * 0.5
     return {"mean_predicted": mean_p.tolist(), "fraction_incorrect": frac_incorrect.tolist(),
-            "brier": float(brier_score_loss(gold_incorrect, p_incorrect)), "n": len(gold_incorrect)}
+            "brier": float(brier), "n": len(y)}
 
 
-def _paired(a: list, b: list) -> tuple[list[float], list[float]]:
-    if len(a) != len(b):
-        raise ValueError(f"the two score lists differ in length ({len(a)} vs {len(b)})")
-    kept = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
-    return [x for x, _ in kept], [y for _, y in kept]
+def _paired(a, b):
+    import numpy as np
+
+    x, y = as_labels(a), as_labels(b)
+    if len(x) != len(y):
+        raise ValueError(f"the two score lists differ in length ({len(x)} vs {len(y)})")
+    kept = ~np.isnan(x) & ~np.isnan(y)
+    return x[kept], y[kept]
+
+
+def _n_distinct(values) -> int:
+    import numpy as np
+
+    return len(np.unique(values))
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -263,17 +309,18 @@ def somers_d(human: list[float | None], judge: list[float | None]) -> dict:
     MiCEval computes it per step (split into description and reasoning steps, App. D.3) and per MCoT
     against its human good/bad label.
     """
+    import numpy as np
     from scipy.stats import kendalltau
 
     x, y = _paired(human, judge)
-    if len(x) < 2 or len(set(x)) < 2:
+    if len(x) < 2 or _n_distinct(x) < 2:
         return {"d": None, "pvalue": None, "n": len(x)}
     # D(y|x) = (concordant - discordant) / pairs untied on x = tau_b * sqrt(untied_y / untied_x).
     # scipy.stats.somersd builds a contingency table that grows with the square of the number of distinct
     # scores (31 s for 4,000 continuous judge scores); Kendall's tau-b is O(n log n) and gives the same
     # statistic (a test checks it against somersd); its p-value tests the same null of no association.
     n0 = len(x) * (len(x) - 1) / 2
-    ties = lambda v: sum(c * (c - 1) / 2 for c in Counter(v).values())  # noqa: E731
+    ties = lambda v: float(sum(c * (c - 1) / 2 for c in np.unique(v, return_counts=True)[1].tolist()))  # noqa: E731
     untied_x, untied_y = n0 - ties(x), n0 - ties(y)
     if untied_y == 0:
         return {"d": 0.0, "pvalue": None, "n": len(x)}
@@ -287,7 +334,7 @@ def spearman(human: list[float | None], judge: list[float | None]) -> dict:
     from scipy.stats import spearmanr
 
     x, y = _paired(human, judge)
-    if len(x) < 2 or len(set(x)) < 2 or len(set(y)) < 2:
+    if len(x) < 2 or _n_distinct(x) < 2 or _n_distinct(y) < 2:
         return {"rho": None, "pvalue": None, "n": len(x)}
     result = spearmanr(x, y)
     return {"rho": _finite_or_none(result.statistic), "pvalue": _finite_or_none(result.pvalue), "n": len(x)}
@@ -405,6 +452,23 @@ def rpts(heights: list[int], scores: list[float | None], lam: float, h_focus: fl
     return sum(w * s for w, s in weighted) / sum(w for w, _ in weighted)
 
 
+def rpts_chains(heights, scores, chain, h_focus, lam: float, n_chains: int):
+    """`rpts` of many chains at once, from flat arrays with one entry per step: its height, its score (NaN for None),
+    its chain (0 .. n_chains - 1) and the focus height of its chain. NaN for a chain without a scored step."""
+    import numpy as np
+
+    if not 0 < lam <= 1:
+        raise ValueError(f"lam must be in (0, 1], got {lam}")
+    scored = ~np.isnan(scores)
+    weight = np.power(lam, np.abs(np.asarray(h_focus, dtype=float) - heights))[scored]
+    # bincount adds each chain's terms in step order, as `rpts` does: the same sums to the last bit
+    num = np.bincount(chain[scored], weights=weight * scores[scored], minlength=n_chains)
+    den = np.bincount(chain[scored], weights=weight, minlength=n_chains)
+    has = np.bincount(chain[scored], minlength=n_chains) > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(has, num / den, np.nan)
+
+
 def rpts_chain(premises: list[list[int]], scores: list[float | None], lam: float = DEFAULT_RPTS_LAMBDA,
                h_focus: float | None = None) -> float | None:
     """RPTS of one chain from its premise links; the focus defaults to the final (conclusion) step's height.
@@ -425,13 +489,16 @@ def rpts_filter(answer_correct: list[bool | None], scores: list[float | None],
     chains before and after, so the drop is the filter's alone. `filtered_rate` is the share of right answers the
     filter removes. Everything is None when no chain has both.
     """
-    if len(answer_correct) != len(scores):
+    import numpy as np
+
+    a, s = as_labels(answer_correct), as_labels(scores)
+    if len(a) != len(s):
         raise ValueError("answer_correct and scores must have one entry per chain")
-    pairs = [(a, s) for a, s in zip(answer_correct, scores) if a is not None and s is not None]
-    right = [s for a, s in pairs if a]
-    kept = sum(s >= threshold for s in right)
-    return {"before": len(right) / len(pairs) if pairs else None, "after": kept / len(pairs) if pairs else None,
-            "filtered_rate": (len(right) - kept) / len(right) if right else None, "n": len(pairs),
+    pairs = ~np.isnan(a) & ~np.isnan(s)
+    n, right = int(pairs.sum()), s[pairs & (a != 0)]
+    kept = int((right >= threshold).sum())
+    return {"before": len(right) / n if n else None, "after": kept / n if n else None,
+            "filtered_rate": (len(right) - kept) / len(right) if len(right) else None, "n": n,
             "n_right": len(right), "n_filtered": len(right) - kept}
 
 
@@ -454,16 +521,15 @@ def correction_gain(correct_before: list[bool | None], correct_after: list[bool 
             "n_incorrect_before": len(fixed), "n_correct_before": len(broken)}
 
 
-def _propagation_table(flag_chains: list[list[bool]], scored_chains: list[list[bool]]) -> list[list[float]]:
-    """2x2 counts over non-first steps: rows = an earlier step is flagged / none is; cols = flagged / not."""
-    table = [[0, 0], [0, 0]]
-    for flags, scored in zip(flag_chains, scored_chains):
-        earlier_flagged = False
-        for i, (flagged, counts) in enumerate(zip(flags, scored)):
-            if i > 0 and counts:
-                table[0 if earlier_flagged else 1][0 if flagged else 1] += 1
-            earlier_flagged |= flagged
-    return table
+def _propagation_table(flags, scored, first) -> list[list[int]]:
+    """2x2 counts over non-first steps: rows = an earlier step is flagged / none is; cols = flagged / not. Flat
+    boolean arrays, one entry per step; `first` marks the first step of each chain."""
+    import numpy as np
+
+    before = np.cumsum(flags) - flags  # flags before each step, over all chains
+    earlier = before - before[first][np.cumsum(first) - 1] > 0  # ... within its own chain
+    counted = scored & ~first
+    return [[int((counted & e & f).sum()) for f in (flags, ~flags)] for e in (earlier, ~earlier)]
 
 
 def _odds_ratio(table: list[list[float]]) -> float | None:
@@ -490,18 +556,28 @@ def error_propagation(gold_chains: list[list[bool | None]], pred_chains: list[li
       propagate more than they do (VISCO Fig. 12); 1 is ideal.
     Only steps with a gold label are counted as outcomes, in both tables.
     """
+    import numpy as np
+
     if len(gold_chains) != len(pred_chains) or any(len(g) != len(p) for g, p in zip(gold_chains, pred_chains)):
         raise ValueError("gold_chains and pred_chains must have the same chains with the same step counts")
-    scored = [[g is not None for g in chain] for chain in gold_chains]
-    gold_flags = [[g is False for g in chain] for chain in gold_chains]
-    pred_flags = [[p is False for p in chain] for chain in pred_chains]
-    scored_pairs = [(g, p) for gs, ps, ks in zip(gold_flags, pred_flags, scored)
-                    for g, p, k in zip(gs, ps, ks) if k]
-    gold_table, pred_table = _propagation_table(gold_flags, scored), _propagation_table(pred_flags, scored)
+    first = np.array([i == 0 for chain in gold_chains for i in range(len(chain))], dtype=bool)
+    return error_propagation_steps(as_labels([g for chain in gold_chains for g in chain]),
+                                   as_labels([p for chain in pred_chains for p in chain]), first, len(gold_chains))
+
+
+def error_propagation_steps(gold, pred, first, n_chains: int) -> dict:
+    """`error_propagation` from flat arrays: gold and predicted labels (NaN for None) of every step, chain after
+    chain, `first` marking each chain's first step."""
+    import numpy as np
+
+    scored = ~np.isnan(gold)
+    gold_flags, pred_flags = gold == 0, pred == 0
+    gold_table = _propagation_table(gold_flags, scored, first)
+    pred_table = _propagation_table(pred_flags, scored, first)
     odds_gold, odds_pred = _odds_ratio(gold_table), _odds_ratio(pred_table)
-    n = len(scored_pairs)
-    return {"gold_incorrect_rate": sum(g for g, _ in scored_pairs) / n if n else None,
-            "predicted_incorrect_rate": sum(p for _, p in scored_pairs) / n if n else None,
+    n = int(scored.sum())
+    return {"gold_incorrect_rate": int(gold_flags[scored].sum()) / n if n else None,
+            "predicted_incorrect_rate": int(pred_flags[scored].sum()) / n if n else None,
             "odds_ratio_gold": odds_gold, "odds_ratio_pred": odds_pred,
             "propagation_bias": None if odds_pred is None or odds_gold is None else odds_pred / odds_gold,
-            "table_gold": gold_table, "table_pred": pred_table, "n_steps": n, "n_chains": len(gold_chains)}
+            "table_gold": gold_table, "table_pred": pred_table, "n_steps": n, "n_chains": n_chains}

@@ -23,9 +23,10 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from stepcritic.data_prep.schema import describes, reasons
+import numpy as np
+
 from stepcritic.eval import best_of_n as bon
-from stepcritic.eval import correction
+from stepcritic.eval import columns, correction
 from stepcritic.eval import metrics as M
 from stepcritic.eval import sweep as sw
 from stepcritic.eval import tasks as T
@@ -34,8 +35,9 @@ from stepcritic.eval.bootstrap import settings as bootstrap_settings
 from stepcritic.eval.config import EvalConfig
 from stepcritic.eval.intervals import add_intervals
 from stepcritic.eval.matchers import MATCHERS
+from stepcritic.eval.rpts import Trees
 from stepcritic.eval.rpts import section as rpts_section
-from stepcritic.eval.scores import chain_score, choice_records, gives, output_counts, step_scores
+from stepcritic.eval.scores import choice_records
 
 # what the report breaks every table down by, whenever the data holds more than one value of it
 BREAKDOWNS = ("source", "generator", "category", "step_type", "step_kind")
@@ -61,97 +63,119 @@ def _undefined(result: dict) -> dict:
 
 # ----------------------------------------------------------------------------- task sections
 
-def _correlations(human: list, judge: list) -> dict:
+def _correlations(human, judge) -> dict:
     somers = M.somers_d(human, judge)
     return {"d": somers["d"], "rho": M.spearman(human, judge)["rho"], "n": somers["n"]}
-
-
-def _step_correlations(gold: list[dict], judge_steps: list[list], keep=lambda step: True) -> dict:
-    human = [s["human_score"] if keep(s) else None for c in gold for s in c["steps"]]
-    return _correlations(human, [x for scores in judge_steps for x in scores])
 
 
 def explanation_items(gold: list[dict], preds: list[dict]) -> list[dict]:
     """One item per step for `metrics.explanation_f1`: gold and predicted verdict, explanation, references, and the
     step in its chain (question, step texts, final answer, index) for a matcher that reads it (`judge_matcher`)."""
-    return [{"gold": s["correct"], "pred": v, "references": s["explanations"],
-             "explanation": (p.get("explanations") or [None] * len(p["verdicts"]))[i],
-             "question": c.get("question"), "steps": [t.get("text") for t in c["steps"]],
-             "final_answer": c.get("final_answer"), "step_index": i}
-            for c, p in zip(gold, preds) for i, (s, v) in enumerate(zip(c["steps"], p["verdicts"]))]
+    return [_explanation_item(c, p, i) for c, p in zip(gold, preds) for i in range(len(p["verdicts"]))]
+
+
+def _explanation_item(chain: dict, pred: dict, i: int) -> dict:
+    step = chain["steps"][i]
+    return {"gold": step["correct"], "pred": pred["verdicts"][i], "references": step["explanations"],
+            "explanation": (pred.get("explanations") or [None] * len(pred["verdicts"]))[i],
+            "question": chain.get("question"), "steps": [t.get("text") for t in chain["steps"]],
+            "final_answer": chain.get("final_answer"), "step_index": i}
 
 
 def explanation_matches(gold: list[dict], preds: list[dict], matcher) -> list[list[float | None]]:
     """Per chain, per step, the matcher's score (`metrics.explanation_match_scores`): computed once per judge,
-    then sliced for every breakdown, so a slow matcher (an LLM) is asked once per explanation."""
-    flat = iter(M.explanation_match_scores(explanation_items(gold, preds), matcher))
-    return [[next(flat) for _ in c["steps"]] for c in gold]
+    then sliced for every breakdown, so a slow matcher (an LLM) is asked once per explanation. Only the steps it
+    matches (incorrect, flagged, explained, with references) are made into items; the others score as it would score
+    them: None without references, else 0."""
+    out, asked = [], []
+    for k, (c, p) in enumerate(zip(gold, preds)):
+        explanations = p.get("explanations")
+        row = []
+        for i, (s, v) in enumerate(zip(c["steps"], p["verdicts"])):
+            row.append(0.0 if s["explanations"] else None)
+            if s["explanations"] and s["correct"] is False and v is False and explanations and explanations[i]:
+                asked.append((k, i))
+        out.append(row)
+    found = M.explanation_match_scores([_explanation_item(gold[k], preds[k], i) for k, i in asked], matcher)
+    for (k, i), score in zip(asked, found):
+        out[k][i] = score
+    return out
 
 
 def sweep_metrics(gold: list[dict], preds: list[dict], dev: frozenset | None = None) -> dict:
     """`sweep.threshold_sweep` over every step, the questions in `dev` choosing the threshold (by default the
     split `sweep.dev_groups` draws from these chains' questions)."""
+    return _sweep(JudgeData(gold, preds, [], None, [], settings={"dev": dev}))
+
+
+def _sweep(d: "JudgeData") -> dict:
+    dev = d.settings.get("dev")
     if dev is None:
-        dev = sw.dev_groups(c["group_id"] for c in gold)
-    in_dev = [c["group_id"] in dev for c in gold for _ in c["steps"]]
-    return sw.threshold_sweep([s["correct"] for c in gold for s in c["steps"]],
-                           [x for p in preds for x in step_scores(p)],
-                           [v for p in preds for v in p["verdicts"]], in_dev)
+        dev = sw.dev_groups(d.view.group_ids())
+    g, a, steps = d.cols, d.answers, d.view.steps
+    in_dev = np.array([name in dev for name in g.group_names], dtype=bool)[g.group[d.view.step_chain]]
+    return sw.threshold_sweep(g.correct[steps], a.score[steps], a.verdict[steps], in_dev)
 
 
 def critique_metrics(gold: list[dict], preds: list[dict], matcher, matches: list[list] | None = None,
                      dev: frozenset | None = None) -> dict:
     if matches is None:
         matches = explanation_matches(gold, preds, matcher)
-    gold_steps = [s["correct"] for c in gold for s in c["steps"]]
-    pred_steps = [v for p in preds for v in p["verdicts"]]
-    step = M.step_f1(gold_steps, pred_steps)
-    if not gives(preds, "verdicts"):
-        step = _undefined(step)
-    answer = M.answer_f1([c["answer_correct"] for c in gold], [p["answer_correct"] for p in preds])
-    if not gives(preds, "answer_correct"):
-        answer = _undefined(answer)
-    explanation = M.explanation_match_f1(gold_steps, pred_steps, [m for chain in matches for m in chain]) | {
-        "matcher": matcher.name}
-    if all(p.get("explanations") is None for p in preds):  # the judge kind writes no explanations
-        explanation = _undefined(explanation)
-    counts = [output_counts(p) for p in preds]
+    return critique_section(JudgeData(gold, preds, [], matcher, matches, settings={"dev": dev}))
 
-    judge_steps = [step_scores(p) for p in preds]
-    macro = M.step_macro_f1(gold_steps, pred_steps) if gives(preds, "verdicts") else {
+
+def critique_section(d: "JudgeData") -> dict:
+    """The critique section of one judge on the chains and steps of `d.view`."""
+    g, a, v = d.cols, d.answers, d.view
+    steps, chains = v.steps, v.chains
+    gold_steps, pred_steps, judge_steps = g.correct[steps], a.verdict[steps], a.score[steps]
+    unread = bool(a.unread[chains].any())  # `scores.gives`: an unreadable output meant to give verdicts
+    gives_verdicts = unread or bool((~np.isnan(pred_steps)).any())
+    step = M.step_f1(gold_steps, pred_steps)
+    if not gives_verdicts:
+        step = _undefined(step)
+    answer = M.answer_f1(g.answer[chains], a.answer[chains])
+    if not (unread or (~np.isnan(a.answer[chains])).any()):
+        answer = _undefined(answer)
+    explanation = M.explanation_match_f1(gold_steps, pred_steps, a.match[steps]) | {"matcher": d.matcher.name}
+    if not a.explained[chains].any():  # the judge kind writes no explanations
+        explanation = _undefined(explanation)
+    n_outputs, n_invalid = int(a.n_outputs[chains].sum()), int(a.n_invalid[chains].sum())
+
+    macro = M.step_macro_f1(gold_steps, pred_steps) if gives_verdicts else {
         "f1_incorrect": None, "f1_correct": None, "macro_f1": None, "n": 0}
     step = {**step, **{k: macro[k] for k in ("f1_incorrect", "f1_correct", "macro_f1")},
-            "auroc": M.step_auroc(gold_steps, [x for scores in judge_steps for x in scores]),
-            "sweep": sweep_metrics(gold, preds, dev)}
+            "auroc": M.step_auroc(gold_steps, judge_steps), "sweep": _sweep(d)}
+    human = g.human[steps]
     correlation = {
-        "step": _step_correlations(gold, judge_steps),
+        "step": _correlations(human, judge_steps),
         # MiCEval App. D.3 reports step-level correlation per step type; a "both" step counts in each
-        "step_description": _step_correlations(gold, judge_steps, describes),
-        "step_reasoning": _step_correlations(gold, judge_steps, reasons),
-        "chain": _correlations([human_chain_score(c) for c in gold], [chain_score(p) for p in preds]),
+        "step_description": _correlations(np.where(g.describes[steps], human, np.nan), judge_steps),
+        "step_reasoning": _correlations(np.where(g.reasons[steps], human, np.nan), judge_steps),
+        "chain": _correlations(g.chain_human[chains], a.chain_score[chains]),
         "chain_rpts": {"d": None, "rho": None, "n": 0},
     }
-    annotated = [i for i, c in enumerate(gold) if all(s["premises"] is not None for s in c["steps"])]
-    if annotated:  # RPTS needs the premise tree; chains without premise annotations are left out
-        premises = {i: [s["premises"] for s in gold[i]["steps"]] for i in annotated}
+    annotated = chains[g.annotated[chains]] if not v.sliced else chains[:0]
+    if len(annotated):  # RPTS needs the premise tree; chains without premise annotations are left out
+        on = np.isin(g.step_chain[steps], annotated)
+        chain = np.searchsorted(annotated, g.step_chain[steps][on])
+        heights = g.heights()[steps][on]
+        focus = g.heights()[g.starts[annotated + 1] - 1][chain]  # the final step's height, `metrics.rpts_chain`
         correlation["chain_rpts"] = _correlations(
-            [M.rpts_chain(premises[i], [s["human_score"] for s in gold[i]["steps"]]) for i in annotated],
-            [M.rpts_chain(premises[i], judge_steps[i]) for i in annotated])
+            *(M.rpts_chains(heights, x[on], chain, focus, M.DEFAULT_RPTS_LAMBDA, len(annotated))
+              for x in (human, judge_steps)))
 
-    with_probability = [(g is False, p) for c, pred in zip(gold, preds) if pred.get("p_incorrect")
-                        for g, p in zip((s["correct"] for s in c["steps"]), pred["p_incorrect"])
-                        if g is not None and p is not None]
+    probability = a.has_probability[v.step_chain] & ~np.isnan(gold_steps) & ~np.isnan(a.p_incorrect[steps])
     return {
-        "n_chains": len(gold), "n_outputs": sum(n for n, _ in counts), "n_invalid": sum(k for _, k in counts),
-        "invalid_rate": M.output_invalid_rate(counts),
+        "n_chains": len(chains), "n_outputs": n_outputs, "n_invalid": n_invalid,
+        "invalid_rate": M.output_invalid_rate([(n_outputs, n_invalid)]),
         "step": step, "confusion": {"tp": step["tp"], "fp": step["fp"], "fn": step["fn"],
                                     "tn": step["n"] - step["tp"] - step["fp"] - step["fn"]},
         "answer": answer, "explanation": explanation,
         "viscore": M.viscore(answer["f1"], step["f1"], explanation["f1"]),
         "correlation": correlation,
-        "error_propagation": M.error_propagation([[s["correct"] for s in c["steps"]] for c in gold],
-                                                 [p["verdicts"] for p in preds]),
-        "calibration": M.calibration(*map(list, zip(*with_probability)) if with_probability else ([], [])),
+        "error_propagation": M.error_propagation_steps(gold_steps, pred_steps, v.first_steps(), len(chains)),
+        "calibration": M.calibration(gold_steps[probability] == 0, a.p_incorrect[steps][probability]),
     }
 
 
@@ -164,29 +188,72 @@ def choice_metrics(gold: list[dict], preds: list[dict]) -> dict:
 
 class JudgeData:
     """What one judge's sections are computed from: gold and predictions of the chains in view, the ShiftCheck
-    picks about their questions, and the explanation matches of their steps."""
+    picks about their questions, and the explanation matches of their steps; and the same as arrays (`columns`):
+    `cols` of every gold chain, `answers` of the judge on them, `view` the chains and steps in view."""
 
     def __init__(self, gold: list[dict], preds: list[dict], picks: list[dict], matcher, matches: list[list],
                  verifier: dict | None = None, rpts=None, corrections: dict | None = None,
-                 settings: dict | None = None):
-        self.gold, self.preds, self.picks, self.matcher, self.matches = gold, preds, picks, matcher, matches
-        self.verifier = verifier  # the judge's verifier answers (`verifier.read`), None when it has none
+                 settings: dict | None = None, view: columns.View | None = None, answers: columns.Answers | None = None,
+                 cols: columns.Gold | None = None):
+        self._dicts = (gold, preds, matches, verifier)
+        self.picks, self.matcher = picks, matcher
         self.rpts = rpts  # RPTS's settings (`rpts.Settings`), None for the defaults
         self.corrections = corrections  # the corrected answers of `correction.run`, None without a corrector
         # `dev`: the questions that choose the sweep's threshold; `best_of_n`: its subset settings
         self.settings = settings or {}
+        self._cols, self._view, self._answers = cols, view, answers
+
+    # the dicts of the chains in view, made when a section that reads dicts asks (a step breakdown builds them
+    # only for the verifier task); `_dicts` is either those dicts or a function that makes them
+    def _dict(self, i: int):
+        if callable(self._dicts):
+            self._dicts = self._dicts()
+        return self._dicts[i]
+
+    gold = property(lambda self: self._dict(0))
+    preds = property(lambda self: self._dict(1))
+    matches = property(lambda self: self._dict(2))
+    verifier = property(lambda self: self._dict(3))  # the judge's verifier answers (`verifier.read`), or None
+
+    @property
+    def cols(self) -> columns.Gold:
+        if self._cols is None:
+            self._cols = columns.Gold(self.gold)
+        return self._cols
+
+    @property
+    def view(self) -> columns.View:
+        if self._view is None:
+            self._view = columns.View.whole(self.cols)
+        return self._view
+
+    @property
+    def answers(self) -> columns.Answers:
+        if self._answers is None:
+            self._answers = columns.Answers(self.cols, self.preds, self.matches)
+        return self._answers
+
+    def _with(self, dicts, view: columns.View, picks, corrections) -> "JudgeData":
+        out = JudgeData([], [], picks, self.matcher, [], None, self.rpts, corrections, self.settings, view,
+                        self.answers if self.preds else None, self.cols)
+        out._dicts = dicts
+        return out
 
     def chains(self, keep: list[int]) -> "JudgeData":
         groups = {self.gold[i]["group_id"] for i in keep}
-        return JudgeData([self.gold[i] for i in keep], [self.preds[i] for i in keep] if self.preds else [],
-                         [q for q in self.picks if q["group_id"] in groups], self.matcher,
-                         [self.matches[i] for i in keep] if self.matches else [],
-                         verifier_task.slice_chains(self.verifier, keep), self.rpts,
-                         correction.slice_chains(self.corrections, keep), self.settings)
+        dicts = ([self.gold[i] for i in keep], [self.preds[i] for i in keep] if self.preds else [],
+                 [self.matches[i] for i in keep] if self.matches else [],
+                 verifier_task.slice_chains(self.verifier, keep))
+        return self._with(dicts, self.view.of_chains(keep), [q for q in self.picks if q["group_id"] in groups],
+                          correction.slice_chains(self.corrections, keep))
 
     def steps(self, field: str, value) -> "JudgeData":
         """Only the steps whose `field` (a step breakdown: `step_values`) is `value`; chains left without a step are
         dropped. For step-level metrics only."""
+        values = self.cols.values(field, STEP_FIELDS[field])
+        return self._with(lambda: self._step_dicts(field, value), self.view.of_steps(values == value), [], None)
+
+    def _step_dicts(self, field: str, value) -> tuple:
         gold, preds, matches, kept = [], [], [], []
         for k, c in enumerate(self.gold):
             idx = [i for i, v in enumerate(step_values(c, field)) if v == value]
@@ -200,8 +267,7 @@ class JudgeData:
                 preds.append(dict(p, **{f: [p[f][i] for i in idx] for f in ("verdicts", "p_incorrect", "explanations")
                                         if p.get(f) is not None}))
                 matches.append([m[i] for i in idx])
-        return JudgeData(gold, preds, [], self.matcher, matches, verifier_task.slice_steps(self.verifier, kept),
-                         self.rpts, None, self.settings)
+        return gold, preds, matches, verifier_task.slice_steps(self.verifier, kept)
 
 
 # the section of each registered task, from one judge's data; a new task adds its function here
@@ -209,16 +275,21 @@ def _best_of_n(d: JudgeData) -> dict:
     return bon.section(d.gold, d.preds, **d.settings.get("best_of_n", {}))
 
 
+def _rpts(d: JudgeData) -> dict:
+    trees = d.cols.memo("rpts trees", lambda: Trees(d.cols.chains))
+    return rpts_section(d.gold, d.preds, d.rpts, trees.take(d.view.chains), d.answers.score[d.view.steps])
+
+
 def _correction(d: JudgeData) -> dict:
     return correction.section(d.gold, d.corrections)
 
 
 TASK_SECTIONS = {
-    "critique": lambda d: critique_metrics(d.gold, d.preds, d.matcher, d.matches, d.settings.get("dev")),
+    "critique": critique_section,
     "choice": lambda d: choice_metrics(d.gold, d.preds),
     "shiftcheck": lambda d: M.shiftcheck(d.picks),
     "verifier": lambda d: verifier_task.section(d.gold, d.verifier),
-    "rpts": lambda d: rpts_section(d.gold, d.preds, d.rpts),
+    "rpts": _rpts,
     "best-of-n": _best_of_n,
     "correction": _correction,
 }
@@ -243,7 +314,7 @@ def section(data: JudgeData, tasks, levels=None) -> dict:
         missing = [m.key for m in T.metrics_for([task]) if not T.has(out, m)]
         if missing:
             raise KeyError(f"task {task!r} computed no {missing}, which eval/tasks.py registers")
-    add_intervals(out, data, tasks)
+    add_intervals(out, data, tasks, levels)
     return out if levels is None else _only(out, [m for m in T.metrics_for(tasks) if m.level in levels])
 
 
@@ -304,7 +375,7 @@ def _breakdown(data: JudgeData, tasks, field: str, spec: dict) -> dict:
             part = data.steps(field, value)
             out[value] = section(part, [t for t in tasks if t in STEP_SLICEABLE], levels=spec["levels"])
         else:
-            keep = [i for i, c in enumerate(data.gold) if c.get(field) == value]
+            keep = np.flatnonzero(data.cols.values(field)[data.view.chains] == value).tolist()
             shown = [t for t in tasks if any(m.level in spec["levels"] for m in T.metrics_for([t]))]
             out[value] = section(data.chains(keep), shown)
     return out
@@ -331,11 +402,12 @@ def compute_metrics(gold: list[dict], answers: dict, config: EvalConfig, matcher
     plan = {field: spec for field, spec in breakdown_plan(gold).items()
             if any(m.level in spec["levels"] for m in T.metrics_for(tasks))}
     judges = {}
+    cols = columns.Gold(gold)  # every judge's arrays index the same gold arrays
     for name, answered in answers.items():
         preds = answered["predictions"]
         matches = explanation_matches(gold, preds, match) if preds else []
         data = JudgeData(gold, preds, answered["picks"], match, matches, answered.get("verifier"), config.rpts,
-                         answered.get("corrections"), options)
+                         answered.get("corrections"), options, cols=cols)
         judges[name] = {"overall": section(data, tasks),
                         "breakdowns": {field: _breakdown(data, tasks, field, spec) for field, spec in plan.items()}}
     return {"tasks": list(tasks), "matcher": match.name, "n_chains": len(gold),

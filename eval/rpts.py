@@ -21,11 +21,10 @@ steps. The threshold 0.5 is the paper's filter.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass
 
 from stepcritic.eval import metrics as M
-from stepcritic.eval.rpts_tree import data_tree
+from stepcritic.eval.rpts_tree import TEXTUAL, VISUAL, data_tree
 from stepcritic.eval.scores import step_scores
 
 SENSITIVITY_LAMBDAS = (0.25, 0.5, 0.75, 1.0)
@@ -51,69 +50,129 @@ def tree_of(chain: dict) -> dict:
     return tree
 
 
-def _mean(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
+def _mean(values) -> float | None:
+    """The mean of the defined values (NaN: None), as `statistics.fmean` adds them."""
+    import math
+
+    import numpy as np
+
+    values = values[~np.isnan(values)]
+    return math.fsum(values.tolist()) / len(values) if len(values) else None
 
 
-class ChainView:
-    """One chain's tree, heights and two sets of step scores (the judge's, and the human reference)."""
+def _count(values) -> int:
+    import numpy as np
 
-    def __init__(self, chain: dict, judge_scores: list):
-        self.tree = tree_of(chain)
-        self.heights = M.step_heights(self.tree["premises"]) if self.tree.get("premises") is not None else None
-        clue = self.tree.get("clue_scores") or [None] * len(judge_scores)
-        self.judge = [c if c is not None else s for c, s in zip(clue, judge_scores)]
-        self.human = [s["human_score"] for s in chain["steps"]]
-        self.answer_correct = chain["answer_correct"]
-
-    def score(self, scores: list, lam: float, h_f: int | None, reads: str | None = None) -> float | None:
-        """RPTS over the steps (of one clue kind, with `reads`), each weighted by its height in the whole tree."""
-        if self.heights is None:
-            return None
-        if reads is not None:
-            scores = [s if reads in kinds else None for s, kinds in zip(scores, self.tree["reads"])]
-        return M.rpts(self.heights, scores, lam, self.heights[-1] if h_f is None else h_f)
+    return int((~np.isnan(values)).sum())
 
 
-def section(gold: list[dict], preds: list[dict], settings: Settings | None = None) -> dict:
-    """The `rpts` section of one judge's metrics (see the module docstring)."""
+class Trees:
+    """Every chain's tree as flat arrays, one entry per step of every chain (chain after chain): its height (NaN
+    without a tree), whether it reads a visual and a textual clue, its clue score (NaN: none) and its human score;
+    per chain its focus (the final step's height), whether it has a tree, its answer label, and the tree's source and
+    error. Built once for the gold chains; a breakdown `take`s the chains it holds."""
+
+    def __init__(self, gold: list[dict] | None):
+        import numpy as np
+
+        if gold is None:  # `take` fills the fields
+            return
+        heights, visual, textual, clue, human, focus, has_tree = [], [], [], [], [], [], []
+        self.source, self.malformed = [], []
+        for chain in gold:
+            tree = tree_of(chain)
+            n = len(chain["steps"])
+            h = M.step_heights(tree["premises"]) if tree.get("premises") is not None else None
+            has_tree.append(h is not None)
+            heights += h if h is not None else [None] * n
+            focus.append(h[-1] if h else None)
+            reads = tree.get("reads") if h is not None else None
+            visual += [VISUAL in kinds for kinds in reads] if reads else [False] * n
+            textual += [TEXTUAL in kinds for kinds in reads] if reads else [False] * n
+            clue += tree.get("clue_scores") or [None] * n
+            human += [s["human_score"] for s in chain["steps"]]
+            self.source.append(tree["source"])
+            self.malformed.append(tree.get("error") is not None)
+        floats = lambda v: np.array([np.nan if x is None else float(x) for x in v], dtype=float)  # noqa: E731
+        self.height, self.clue, self.human, self.focus = floats(heights), floats(clue), floats(human), floats(focus)
+        self.visual, self.textual = np.array(visual, dtype=bool), np.array(textual, dtype=bool)
+        self.has_tree = np.array(has_tree, dtype=bool)
+        self.answer = floats([c["answer_correct"] for c in gold])
+        self.n_steps = np.array([len(c["steps"]) for c in gold], dtype=np.int64)
+        self.chain = np.repeat(np.arange(len(gold), dtype=np.int64), self.n_steps)
+
+    def take(self, chains) -> "Trees":
+        """The trees of the chains at positions `chains` (ascending)."""
+        import numpy as np
+
+        chains = np.asarray(chains, dtype=np.int64)
+        out = Trees(None)
+        steps = np.isin(self.chain, chains)
+        for name in ("height", "clue", "human", "visual", "textual"):
+            setattr(out, name, getattr(self, name)[steps])
+        for name in ("focus", "has_tree", "answer", "n_steps"):
+            setattr(out, name, getattr(self, name)[chains])
+        out.source = [self.source[i] for i in chains.tolist()]
+        out.malformed = [self.malformed[i] for i in chains.tolist()]
+        out.chain = np.repeat(np.arange(len(chains), dtype=np.int64), out.n_steps)
+        return out
+
+    def score(self, scores, lam: float, h_f: int | None, reads=None):
+        """Per chain, RPTS over its steps (with `reads`, only the steps that read that clue), each weighted by its
+        height in the whole tree; NaN for a chain without a tree or a scored step."""
+        import numpy as np
+
+        on = self.has_tree[self.chain] if reads is None else self.has_tree[self.chain] & reads
+        focus = self.focus[self.chain[on]] if h_f is None else h_f
+        return M.rpts_chains(self.height[on], scores[on], self.chain[on], focus, lam, len(self.has_tree))
+
+
+def section(gold: list[dict], preds: list[dict], settings: Settings | None = None, trees: Trees | None = None,
+            judge_scores=None) -> dict:
+    """The `rpts` section of one judge's metrics (see the module docstring). `trees` (`Trees` of these chains) and
+    `judge_scores` (the judge's step scores, flat, NaN for None) spare reading them again from the chains."""
+    import numpy as np
+
     s = settings or Settings()
-    views = [ChainView(c, step_scores(p)) for c, p in zip(gold, preds)]
-    judge = [v.score(v.judge, s.lam, s.h_f) for v in views]
-    human = [v.score(v.human, s.lam, s.h_f) for v in views]
-    answers = [v.answer_correct for v in views]
-    split = {kind: [v.score(v.judge, s.lam, s.h_f, kind) for v in views] for kind in ("visual", "textual")}
+    trees = trees or Trees(gold)
+    if judge_scores is None:
+        judge_scores = np.array([np.nan if x is None else x for p in preds for x in step_scores(p)], dtype=float)
+    steps = np.where(np.isnan(trees.clue), judge_scores, trees.clue)
+    judge = trees.score(steps, s.lam, s.h_f)
+    human = trees.score(trees.human, s.lam, s.h_f)
+    answers = trees.answer
+    split = {"visual": trees.score(steps, s.lam, s.h_f, trees.visual),
+             "textual": trees.score(steps, s.lam, s.h_f, trees.textual)}
     # the judge's filter against the gold one, on the right answers: the only ones the filter can remove
-    both = [(j < s.threshold, h < s.threshold) for a, j, h in zip(answers, judge, human)
-            if a and j is not None and h is not None]
+    both = (answers == 1) & ~np.isnan(judge) & ~np.isnan(human)
     somers = M.somers_d(human, judge)
     gold_filter = M.rpts_filter(answers, human, s.threshold)
-    sources = [v.tree["source"] for v in views]
+    sources = trees.source
+    agree = int(((judge[both] < s.threshold) == (human[both] < s.threshold)).sum())
     return {
-        "mean": _mean(judge), "n_chains": sum(j is not None for j in judge),
+        "mean": _mean(judge), "n_chains": _count(judge),
         "accuracy": M.rpts_filter(answers, judge, s.threshold),
-        "visual": {"mean": _mean(split["visual"]), "n_chains": sum(x is not None for x in split["visual"])},
-        "textual": {"mean": _mean(split["textual"]), "n_chains": sum(x is not None for x in split["textual"])},
+        "visual": {"mean": _mean(split["visual"]), "n_chains": _count(split["visual"])},
+        "textual": {"mean": _mean(split["textual"]), "n_chains": _count(split["textual"])},
         "gold": {"mean": _mean(human), "accuracy_after": gold_filter["after"], "n_chains": gold_filter["n"]},
-        "filter_agreement": sum(a == b for a, b in both) / len(both) if both else None,
+        "filter_agreement": agree / int(both.sum()) if both.any() else None,
         "correlation": {"d": somers["d"], "n": somers["n"]},
-        "trees": {"data": sources.count("data"), "builder": sum(v.tree.get("error") is None for v in views
-                                                                    if v.tree["source"] == "builder"),
-                  "malformed": sum(v.tree.get("error") is not None for v in views), "none": sources.count(None)},
+        "trees": {"data": sources.count("data"),
+                  "builder": sum(src == "builder" and not bad for src, bad in zip(sources, trees.malformed)),
+                  "malformed": sum(trees.malformed), "none": sources.count(None)},
         "settings": s.as_json(),
-        "sensitivity": sensitivity(views, answers, s.threshold),
+        "sensitivity": sensitivity(trees, steps, answers, s.threshold),
     }
 
 
-def sensitivity(views: list[ChainView], answers: list, threshold: float) -> list[dict]:
+def sensitivity(trees: Trees, scores, answers, threshold: float) -> list[dict]:
     """Mean RPTS and accuracy after the filter over a small grid of lambda and h_f (RPTS's sensitivity study)."""
     grid = []
     for lam in SENSITIVITY_LAMBDAS:
         for h_f in SENSITIVITY_HEIGHTS:
-            scores = [v.score(v.judge, lam, h_f) for v in views]
-            after = M.rpts_filter(answers, scores, threshold)
-            grid.append({"lambda": lam, "h_f": "final" if h_f is None else h_f, "mean": _mean(scores),
+            chain_scores = trees.score(scores, lam, h_f)
+            after = M.rpts_filter(answers, chain_scores, threshold)
+            grid.append({"lambda": lam, "h_f": "final" if h_f is None else h_f, "mean": _mean(chain_scores),
                          "accuracy_after": after["after"], "filtered_rate": after["filtered_rate"]})
     return grid
 

@@ -11,8 +11,8 @@ rule; this sweep is our addition, for score-based judges only (AUROC is its thre
 
 A step is flagged incorrect when 1 - its step score (`scores.step_scores`: 1 - P(incorrect), else the verdict as
 1 / 0) reaches the threshold t, so t is on the P(incorrect) scale (0.5 flags a step a PRM finds more likely wrong
-than right). The candidate thresholds are the dev scores themselves (`sklearn.metrics.precision_recall_curve`); on a
-tie in F1 the lowest wins. The curve, F1 against t on a grid of 101 thresholds for the dev and the test chains, is
+than right). The candidate thresholds are the dev scores themselves (as `sklearn.metrics.precision_recall_curve` gives
+them, counted here with numpy); on a tie in F1 the lowest wins. The curve, F1 against t on a grid of 101 thresholds for the dev and the test chains, is
 saved for the plot.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 
-from stepcritic.eval.metrics import step_f1
+from stepcritic.eval.metrics import as_labels, step_f1
 
 DEFAULT_DEV_FRACTION = 0.3
 DEFAULT_SEED = 0
@@ -40,16 +40,37 @@ def dev_groups(group_ids, fraction: float = DEFAULT_DEV_FRACTION, seed: int = DE
     return frozenset(groups[i] for i in rng.permutation(len(groups))[:n_dev])
 
 
+def _flagged_at(p, thresholds):
+    """How many of the scores `p` reach each threshold."""
+    import numpy as np  # only where a number is computed: `tasks` imports this module for `--help`
+
+    return len(p) - np.searchsorted(np.sort(p), thresholds, side="left")
+
+
 def _f1_curve(incorrect, p, thresholds):
     import numpy as np  # only where a number is computed: `tasks` imports this module for `--help`
 
-    flagged = p[None, :] >= thresholds[:, None]
-    tp = (flagged & incorrect).sum(axis=1)
-    fp = (flagged & ~incorrect).sum(axis=1)
-    fn = (~flagged & incorrect).sum(axis=1)
     if not incorrect.any():
         return [None] * len(thresholds)
+    flagged = _flagged_at(p, thresholds)
+    tp = _flagged_at(p[incorrect], thresholds)
+    fp, fn = flagged - tp, incorrect.sum() - tp
     return [round(float(x), 4) for x in 2 * tp / np.maximum(2 * tp + fp + fn, 1)]
+
+
+def _best_threshold(incorrect, p) -> tuple[float, float]:
+    """The threshold with the best F1 on these steps and that F1, the candidates being the scores themselves (as
+    `sklearn.metrics.precision_recall_curve` gives them, ascending: a tie goes to the lowest)."""
+    import numpy as np  # only where a number is computed: `tasks` imports this module for `--help`
+
+    thresholds = np.unique(p)
+    tps = _flagged_at(p[incorrect], thresholds).astype(float)
+    precision = tps / _flagged_at(p, thresholds)
+    recall = tps / incorrect.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
+    best = int(np.argmax(f1))
+    return float(thresholds[best]), float(f1[best])
 
 
 def undefined(n_dev: int = 0, n_test: int = 0) -> dict:
@@ -68,28 +89,21 @@ def threshold_sweep(gold: list[bool | None], scores: list[float | None], verdict
     the test steps have no incorrect step.
     """
     import numpy as np  # only where a number is computed: `tasks` imports this module for `--help`
-    from sklearn.metrics import precision_recall_curve
 
-
-    if not len(gold) == len(scores) == len(verdicts) == len(in_dev):
+    g, s, v, d = as_labels(gold), as_labels(scores), as_labels(verdicts), np.asarray(in_dev, dtype=bool)
+    if not len(g) == len(s) == len(v) == len(d):
         raise ValueError("gold, scores, verdicts and in_dev must have one entry per step")
-    items = [(g is False, 1.0 - s, v, d) for g, s, v, d in zip(gold, scores, verdicts, in_dev)
-             if g is not None and s is not None]
-    dev = [(y, p) for y, p, _, d in items if d]
-    test = [(y, p, v) for y, p, v, d in items if not d]
-    if not any(y for y, _ in dev) or not test:
-        return undefined(len(dev), len(test))
-    y_dev, p_dev = np.array([y for y, _ in dev]), np.array([p for _, p in dev])
-    precision, recall, thresholds = precision_recall_curve(y_dev, p_dev)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)[:len(thresholds)]
-    best = int(np.argmax(f1))
-    threshold = float(thresholds[best])
-    y_test, p_test = np.array([y for y, _, _ in test]), np.array([p for _, p, _ in test])
-    at = step_f1([not y for y in y_test], [bool(p < threshold) for p in p_test])
-    own = step_f1([not y for y in y_test], [v for _, _, v in test])
+    kept = ~np.isnan(g) & ~np.isnan(s)
+    on_dev, on_test = kept & d, kept & ~d
+    y_dev, p_dev = g[on_dev] == 0, 1.0 - s[on_dev]
+    y_test, p_test = g[on_test] == 0, 1.0 - s[on_test]
+    if not y_dev.any() or not len(y_test):
+        return undefined(len(y_dev), len(y_test))
+    threshold, dev_f1 = _best_threshold(y_dev, p_dev)
+    at = step_f1((~y_test).astype(float), (p_test < threshold).astype(float))
+    own = step_f1((~y_test).astype(float), v[on_test])
     grid = np.linspace(min(0.0, p_dev.min(), p_test.min()), max(1.0, p_dev.max(), p_test.max()), GRID_POINTS)
-    return {"threshold": threshold, "dev_f1": float(f1[best]), "f1": at["f1"], "precision": at["precision"],
-            "recall": at["recall"], "f1_default": own["f1"], "n_dev": len(dev), "n_test": len(test),
+    return {"threshold": threshold, "dev_f1": dev_f1, "f1": at["f1"], "precision": at["precision"],
+            "recall": at["recall"], "f1_default": own["f1"], "n_dev": len(y_dev), "n_test": len(y_test),
             "curve": {"thresholds": [round(float(t), 4) for t in grid], "dev": _f1_curve(y_dev, p_dev, grid),
                       "test": _f1_curve(y_test, p_test, grid)}}
