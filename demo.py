@@ -15,7 +15,7 @@ import os
 import time
 
 # sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install) and --quick (target < 3 min, used
-# by a test). Both critics start from the shipped pretrained base (stepcritic/train/tiny_base), so the minutes go to
+# by a test). Both critics start from the shipped pretrained base (stepcritic/train/tiny/base), so the minutes go to
 # turning a base into a critic.
 PLANS = {
     "full": {"n_train": 4000, "n_test": 200, "prm_steps": 600, "sft_steps": 60, "dpo_steps": 10, "batch": 8},

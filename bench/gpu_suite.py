@@ -167,7 +167,7 @@ class Context:
         return str(path)
 
     def checkpoint(self) -> str:
-        from stepcritic.train.offline_models import build_random_checkpoint
+        from stepcritic.train.tiny.offline_models import build_random_checkpoint
 
         size = "real" if self.shapes.real_size else "tiny"
         path = self._once(self.work / f"model-{LAUNCH_MODEL}-{size}", lambda p: build_random_checkpoint(

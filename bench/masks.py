@@ -23,7 +23,7 @@ def assistant_masks(n_rows: int, rounds: int = 5) -> dict:
     from stepcritic.data_prep.images import to_rgb
     from stepcritic.train import fast_masks
     from stepcritic.train.loading import load_critic
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     _, processor = load_critic(tiny_critic_path())
     conversations = [prepare_multimodal_messages(prompts.prm_messages(c), images=[to_rgb(c["image"])])

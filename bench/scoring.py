@@ -28,7 +28,7 @@ def prm_vs_generate(model_path: str | None, n_chains: int, batch_size: int, roun
     from stepcritic.data_prep import prompts
     from stepcritic.data_prep.images import to_rgb
     from stepcritic.train.scoring import PRMScorer
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     path = model_path or tiny_critic_path()
     scorer = PRMScorer.from_pretrained(path, batch_size=batch_size)

@@ -2,7 +2,7 @@
 
     python -m stepcritic.experiments.base_probe --model DIR [--per-question 48] [--caption]
 
-Each question of `data_prep.scene_qa` is asked about fresh scenes of 1-6 shapes, alone with the image (or, with
+Each question of `train.tiny.scene_qa` is asked about fresh scenes of 1-6 shapes, alone with the image (or, with
 --caption, after the gold caption, when the answer can be copied from the caption's words instead). An answer
 counts when every one of its tokens is the model's argmax (teacher-forced). Yes/no checks are true half of the
 time, so 0.5 is chance for them; a critic has to make exactly these checks against the picture.
@@ -21,8 +21,8 @@ def main(argv=None) -> int:
     parser.add_argument("--per-question", type=int, default=48)
     parser.add_argument("--caption", action="store_true", help="ask after the gold caption")
     args = parser.parse_args(argv)
-    from stepcritic.train.base_pretrain import probe
     from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.base_pretrain import probe
 
     model, processor = load_critic(args.model)
     print(json.dumps(probe(model, processor, args.per_question, args.caption), indent=2))

@@ -4,7 +4,7 @@ Trains the tiny critic with SFT on one visual question, "What colour is the <sha
 `k` shapes (the asked shape occurs once), and reports exact-match accuracy on held-out scenes. With k = 1 the
 answer only needs the image tokens to carry colour; with k >= 2 the language model must also find the right
 token (bind shape to colour), which is what judging a synthetic step needs. Each row is run once from a tower
-that is random and once from one given `--vision-steps` of pre-training (see `vision_pretrain.py`).
+that is random and once from one given `--vision-steps` of pre-training (see `train/tiny/vision_pretrain.py`).
 
     python -m stepcritic.experiments.perception_probe --items 1 3 --steps 300
     python -m stepcritic.experiments.perception_probe --items 3 --steps 300 --text   # the same lookup, in words

@@ -76,7 +76,7 @@ stage() {
 
 DEVICE=()
 if [ "$GPUS" -gt 0 ]; then DEVICE=(--device cuda); fi  # initialising 3.75B parameters on a CPU takes minutes
-stage checkpoint $PY -m stepcritic.train.offline_models --model $MODEL --size "$SIZE" --out "$OUT/model" "${DEVICE[@]}"
+stage checkpoint $PY -m stepcritic.train.tiny.offline_models --model $MODEL --size "$SIZE" --out "$OUT/model" "${DEVICE[@]}"
 stage synth-train $PY -m stepcritic data synth --n "$N_TRAIN" --seed 0 --out "$OUT/data/chains"
 stage synth-heldout $PY -m stepcritic data synth --n "$N_EVAL" --seed 1000 --out "$OUT/data/heldout-chains"
 for kind in critique-sft prm-sft critique-pref outcome-rm; do

@@ -66,7 +66,7 @@ def built(tmp_path_factory):
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """model_type -> a tiny random checkpoint of that architecture, built on first use."""
-    from stepcritic.train.offline_models import build_random_checkpoint
+    from stepcritic.train.tiny.offline_models import build_random_checkpoint
 
     root, made = tmp_path_factory.mktemp("checkpoints"), {}
 
@@ -350,7 +350,7 @@ def test_random_checkpoint_matches_its_tokenizer(model_type, checkpoints):
 def test_real_size_token_ids_fit_the_published_vocabulary(alias, vocab_size, checkpoints):
     from transformers import AutoTokenizer
 
-    from stepcritic.train.offline_models import match_token_ids, resolve
+    from stepcritic.train.tiny.offline_models import match_token_ids, resolve
 
     model_type, config = resolve(alias, "real")
     tokenizer = AutoTokenizer.from_pretrained(checkpoints(model_type))

@@ -11,14 +11,14 @@ pytestmark = pytest.mark.usefixtures("private_tiny_cache")
 
 @pytest.fixture(scope="module")
 def fresh(private_tiny_cache):
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     return tiny_critic_path(vision_pretrain_steps=2)
 
 
 def _run(path, steps, checkpoint_dir=None, max_seconds=None):
-    from stepcritic.train.base_pretrain import pretrain_base
     from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.base_pretrain import pretrain_base
 
     model, processor = load_critic(path)
     result = pretrain_base(model, processor, steps, batch_size=2, log_every=1, checkpoint_dir=checkpoint_dir,
@@ -38,7 +38,7 @@ def test_a_stopped_run_resumes_to_the_same_weights(fresh, tmp_path):
 
 
 def test_the_curriculum_grows_scenes_then_holds():
-    from stepcritic.train.base_pretrain import max_items_at
+    from stepcritic.train.tiny.base_pretrain import max_items_at
 
     sizes = [max_items_at(s, 1000) for s in range(1000)]
     assert sizes[0] == 2 and sizes[-1] == 6 and sizes == sorted(sizes)
@@ -48,8 +48,8 @@ def test_the_curriculum_grows_scenes_then_holds():
 def test_excluded_scenes_are_never_drawn(fresh, monkeypatch):
     from transformers import AutoProcessor
 
-    from stepcritic.data_prep import scene_qa
-    from stepcritic.train.base_pretrain import SceneConversations, max_items_at, scene_key
+    from stepcritic.train.tiny import scene_qa
+    from stepcritic.train.tiny.base_pretrain import SceneConversations, max_items_at, scene_key
 
     def scenes(step, n):  # the scenes batch `step` would draw without exclusions
         rng = random.Random(f"stepcritic-base/0/{step}")
@@ -70,7 +70,7 @@ def test_excluded_scenes_are_never_drawn(fresh, monkeypatch):
 
 def test_the_demo_held_out_scenes_are_excluded():
     from stepcritic.data_prep.synth import synthesize
-    from stepcritic.train.base_pretrain import excluded_scenes, scene_key
+    from stepcritic.train.tiny.base_pretrain import excluded_scenes, scene_key
 
     excluded = excluded_scenes(n=30)
     for chain in synthesize(30, seed=1000):
@@ -81,7 +81,7 @@ def test_each_image_token_is_named_by_its_cell_and_its_shape(fresh):
     from transformers import AutoTokenizer
 
     from stepcritic.data_prep.render import Item
-    from stepcritic.train.base_pretrain import cell_words
+    from stepcritic.train.tiny.base_pretrain import cell_words
 
     tokenizer = AutoTokenizer.from_pretrained(fresh)
     words = cell_words(tokenizer, [[Item("circle", "red", "big", 0, 0)]])
@@ -99,8 +99,8 @@ def test_projector_steps_align_image_tokens_with_the_words_of_their_content(fres
 
 
 def _run_aligned(path, steps):
-    from stepcritic.train.base_pretrain import pretrain_base
     from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.base_pretrain import pretrain_base
 
     model, processor = load_critic(path)
     return model, pretrain_base(model, processor, steps, batch_size=8, log_every=10, align_weight=1.0,

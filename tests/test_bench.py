@@ -124,10 +124,10 @@ def test_new_families_benchmark_with_the_fused_loss_they_train_with(folder, imag
 
 
 def test_base_probe_scores_only_the_final_answer_of_every_question_kind():
-    from stepcritic.data_prep import scene_qa
-    from stepcritic.train import base_pretrain as base_probe
     from stepcritic.train.loading import load_critic
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny import base_pretrain as base_probe
+    from stepcritic.train.tiny import scene_qa
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     assert base_probe._last_run([3, 4, 9, 10, 11]) == [9, 10, 11] and base_probe._last_run([5]) == [5]
     model, processor = load_critic(tiny_critic_path())

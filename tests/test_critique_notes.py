@@ -42,7 +42,7 @@ def test_notes_are_for_critique_kinds_only(tmp_path):
 
 def test_structured_notes_verdicts_follow_the_note_probability():
     from stepcritic.eval.judges.registry import make_judge
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     chains = easy_chains(3, seed=2, claims=("red", "blue"))
     judge = make_judge(f"hf:{tiny_critic_path()},structured=true,notes=true,max_new_tokens=4")

@@ -274,7 +274,7 @@ def test_answers_saved_before_a_failure_are_not_asked_again(tmp_path):
 def test_the_tiny_critic_runs_correction_and_best_of_n_on_synthetic_chains(tmp_path):
     # both tasks run end to end on synthetic data with the tiny critic, and reach the report with their plots
     from stepcritic.data_prep.synth import synthesize
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     save_chains(synthesize(12, seed=3, image_size=32), str(tmp_path / "chains"))
     critic = build_judge(f"hf:{tiny_critic_path()},max_new_tokens=8,batch_size=4")

@@ -8,7 +8,7 @@ def _conversations(n: int):
     from PIL import Image
     from trl.data_utils import prepare_multimodal_messages
 
-    from stepcritic.data_prep.scene_qa import conversation
+    from stepcritic.train.tiny.scene_qa import conversation
 
     rng, out = random.Random(0), []
     for _ in range(n):
@@ -23,7 +23,7 @@ def test_fast_mask_equals_transformers():
     from transformers.processing_utils import ProcessorMixin
 
     from stepcritic.train import fast_masks
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     processor = AutoProcessor.from_pretrained(tiny_critic_path(vision_pretrain_steps=200))
     conversations = _conversations(6)

@@ -324,7 +324,7 @@ def test_weights_digest_follows_the_weights(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_critic():
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     return tiny_critic_path()  # the shared build cache: built once, reused by every test file
 

@@ -169,8 +169,8 @@ def test_a_real_model_recipe_trains_on_two_image_chains(recipe, data, tmp_path):
     """Qwen2.5-VL (a tiny random checkpoint of its architecture): several images per conversation is native to it."""
     from stepcritic.train import archs
     from stepcritic.train.config import parse_recipe
-    from stepcritic.train.offline_models import build_random_checkpoint
     from stepcritic.train.run import train
+    from stepcritic.train.tiny.offline_models import build_random_checkpoint
 
     _, built = data
     path = os.path.join(os.path.dirname(RECIPES), recipe)

@@ -2,8 +2,8 @@
 
 import random
 
-from stepcritic.data_prep import scene_qa
 from stepcritic.data_prep.render import Item
+from stepcritic.train.tiny import scene_qa
 
 
 def test_answers_follow_the_scene():

@@ -10,16 +10,16 @@ pytestmark = pytest.mark.usefixtures("private_tiny_cache")
 
 
 def test_the_shipped_base_matches_the_code():
-    from stepcritic.train import shipped_base
+    from stepcritic.train.tiny import shipped
 
-    if shipped_base.shipped_meta() is None:
-        pytest.skip(f"no shipped base in {shipped_base.FOLDER}")
-    reason = shipped_base.stale_reason()
-    assert reason is None, f"{reason}. Rebuild it: {shipped_base.REBUILD}"
+    if shipped.shipped_meta() is None:
+        pytest.skip(f"no shipped base in {shipped.FOLDER}")
+    reason = shipped.stale_reason()
+    assert reason is None, f"{reason}. Rebuild it: {shipped.REBUILD}"
 
 
 def test_the_fingerprint_sees_the_tokenizer_and_the_config():
-    from stepcritic.train.shipped_base import fingerprint
+    from stepcritic.train.tiny.shipped import fingerprint
 
     assert fingerprint() == fingerprint()
     assert fingerprint(vocab_size=512) != fingerprint()
@@ -27,20 +27,19 @@ def test_the_fingerprint_sees_the_tokenizer_and_the_config():
 
 
 def test_a_missing_base_falls_back_to_a_short_build_and_says_so(tmp_path, monkeypatch):
-    from stepcritic.train import shipped_base
     from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny import shipped
 
-    monkeypatch.setattr(shipped_base, "FOLDER", tmp_path / "tiny_base")
-    monkeypatch.setattr(shipped_base, "FALLBACK", {"vision_pretrain_steps": 2, "base_pretrain_steps": 2})
+    monkeypatch.setattr(shipped, "FOLDER", tmp_path / "base")
+    monkeypatch.setattr(shipped, "FALLBACK", {"vision_pretrain_steps": 2, "base_pretrain_steps": 2})
     said = []
-    path = shipped_base.base_path(log=said.append)
+    path = shipped.base_path(log=said.append)
     assert len(said) == 1 and "building a short base" in said[0] and "score worse" in said[0]
     load_critic(path)
 
 
 def test_install_writes_weights_fingerprint_and_card(tmp_path, monkeypatch):
-    from stepcritic.train import shipped_base
-    from stepcritic.train.tiny import build_tiny_critic
+    from stepcritic.train.tiny import build_tiny_critic, shipped
 
     run = tmp_path / "run"
     build_tiny_critic(run / "model")
@@ -49,14 +48,14 @@ def test_install_writes_weights_fingerprint_and_card(tmp_path, monkeypatch):
               "history": [{"step": 10, "loss": 0.5, "probe": {"colour": 0.5, "sum": 0.95}}],
               "probe": {"colour": 0.5, "sum": 0.95}}
     (run / "pretraining.json").write_text(json.dumps(record))
-    monkeypatch.setattr(shipped_base, "FOLDER", tmp_path / "tiny_base")
-    folder = shipped_base.install(str(run), commit="abc123")
-    assert shipped_base.stale_reason() is None
+    monkeypatch.setattr(shipped, "FOLDER", tmp_path / "base")
+    folder = shipped.install(str(run), commit="abc123")
+    assert shipped.stale_reason() is None
     card = (folder / "README.md").read_text()
     assert "| 0.500 | not met" in card and "| 0.950 | met" in card and "abc123" in card
-    assert json.loads((folder / shipped_base.META).read_text())["fingerprint"] == shipped_base.fingerprint()
+    assert json.loads((folder / shipped.META).read_text())["fingerprint"] == shipped.fingerprint()
 
     del record["probe"]  # a run that stopped before its end is not installed
     (run / "pretraining.json").write_text(json.dumps(record))
     with pytest.raises(SystemExit, match="resume it"):
-        shipped_base.install(str(run))
+        shipped.install(str(run))

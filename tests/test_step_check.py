@@ -8,7 +8,7 @@ from stepcritic.data_prep.synth import synthesize
 
 @pytest.fixture(scope="module")
 def tiny():
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     return tiny_critic_path()
 

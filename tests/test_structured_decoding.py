@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def untrained_critic():
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     return tiny_critic_path(vision_pretrain_steps=200)  # a random language model: the worst case for structure
 

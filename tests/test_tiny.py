@@ -10,7 +10,7 @@ from PIL import Image
 
 from stepcritic.train.loading import load_critic
 from stepcritic.train.tiny import DEFAULT_PATCH_SIZE, TURN_END, build_tiny_critic
-from stepcritic.train.tiny_cache import tiny_critic_path
+from stepcritic.train.tiny.cache import tiny_critic_path
 
 IMAGE_SIZE = 96
 CRITIQUE = json.dumps(
@@ -158,12 +158,12 @@ def test_cached_path_is_built_once_per_arguments(tmp_path):
 
 def test_cache_key_follows_the_tokenizer_corpus(tmp_path, monkeypatch):
     # the tokenizer is trained on the synthetic generator's wording: changing that wording must rebuild
-    from stepcritic.train import tiny, tiny_tokenizer
+    from stepcritic.train.tiny import model, tokenizer
 
-    monkeypatch.setattr(tiny, "build_tiny_critic", lambda out, **kw: os.makedirs(out, exist_ok=True))
+    monkeypatch.setattr(model, "build_tiny_critic", lambda out, **kw: os.makedirs(out, exist_ok=True))
     before = tiny_critic_path(cache_dir=tmp_path)
-    corpus = tiny_tokenizer.corpus()
-    monkeypatch.setattr(tiny_tokenizer, "corpus", lambda: corpus + ["The circle is now a disc."])
+    corpus = tokenizer.corpus()
+    monkeypatch.setattr(tokenizer, "corpus", lambda: corpus + ["The circle is now a disc."])
     assert tiny_critic_path(cache_dir=tmp_path) != before
 
 
@@ -190,7 +190,7 @@ def test_load_critic_reads_a_lora_adapter(tmp_path):
 
 
 def test_vision_pretraining_teaches_every_cell_and_leaves_the_language_model_alone(tiny):
-    from stepcritic.train.vision_pretrain import pretrain_vision
+    from stepcritic.train.tiny.vision_pretrain import pretrain_vision
 
     model, processor = load_critic(tiny[1])  # a fresh copy: the fixture's model is shared
     language = {k: v.clone() for k, v in model.get_decoder().state_dict().items()}
@@ -207,7 +207,7 @@ def test_vision_pretraining_teaches_every_cell_and_leaves_the_language_model_alo
 
 
 def test_vision_pretraining_needs_one_image_token_per_grid_cell(tmp_path):
-    from stepcritic.train.vision_pretrain import pretrain_vision
+    from stepcritic.train.tiny.vision_pretrain import pretrain_vision
 
     model, processor = load_critic(build_tiny_critic(tmp_path / "p16", arch="llava", patch_size=16))
     with pytest.raises(ValueError, match="one image token per grid cell"):

@@ -254,13 +254,13 @@ def test_every_shipped_recipe_dry_runs_in_seconds_without_loading_a_model(built,
     import transformers
     from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
-    from stepcritic.train import shipped_base, tiny, tiny_cache
     from stepcritic.train.preflight import dry_run
+    from stepcritic.train.tiny import cache, model, shipped
 
     def loaded(*args, **kwargs):
         raise AssertionError("a dry run built or loaded a model")
 
-    for owner, name in ((tiny, "build_tiny_critic"), (tiny_cache, "tiny_critic_path"), (shipped_base, "base_path")):
+    for owner, name in ((model, "build_tiny_critic"), (cache, "tiny_critic_path"), (shipped, "base_path")):
         monkeypatch.setattr(owner, name, loaded)
     for owner in (transformers.PreTrainedModel, _BaseAutoModelClass):
         monkeypatch.setattr(owner, "from_pretrained", classmethod(loaded))

@@ -113,7 +113,7 @@ class StepCriticArgs:
     tiny_pretrained_base: bool = field(
         default=False,
         metadata={"help": "Start the tiny critic from the pretrained base shipped with the package "
-                          "(stepcritic/train/tiny_base: reads colours, cells, counts and relations off its scenes) "
+                          "(stepcritic/train/tiny/base: reads colours, cells, counts and relations off its scenes) "
                           "instead of building one; the tiny_*_pretrain_steps keys are then unused. Only with "
                           "tiny_model and the llava small size."},
     )
@@ -212,11 +212,11 @@ class Recipe:
     def model_path(self) -> str:
         """The checkpoint to train: `model_name_or_path`, or the cached offline tiny critic when `tiny_model`."""
         if self.script_args.tiny_model and self.script_args.tiny_pretrained_base:
-            from stepcritic.train.shipped_base import base_path
+            from stepcritic.train.tiny.shipped import base_path
 
             return base_path()
         if self.script_args.tiny_model:
-            from stepcritic.train.tiny_cache import tiny_critic_path
+            from stepcritic.train.tiny.cache import tiny_critic_path
 
             args = self.script_args
             # 0 is left out of the cache key, so a random-tower build keeps the folder it always had

@@ -262,11 +262,11 @@ def tiny_note(recipe) -> str:
     """What a real run does to get the tiny critic, which the dry run itself never builds."""
     args = recipe.script_args
     if args.tiny_pretrained_base:
-        from stepcritic.train import shipped_base
+        from stepcritic.train.tiny import shipped
 
-        reason = shipped_base.stale_reason()
+        reason = shipped.stale_reason()
         if reason is None:
-            return f"starts from the shipped pretrained base ({shipped_base.FOLDER})"
+            return f"starts from the shipped pretrained base ({shipped.FOLDER})"
         return (f"{reason}: a real run first builds a short base instead (about 5 minutes on 2 CPU cores, cached "
                 "under $STEPCRITIC_CACHE or ~/.cache/stepcritic)")
     planned = ((args.tiny_vision_pretrain_steps, "vision"), (args.tiny_base_pretrain_steps, "vision-language"))
@@ -278,14 +278,15 @@ def tiny_note(recipe) -> str:
 def tiny_processor(recipe):
     """The tiny critic's processor, from the shipped base's folder or from the code that builds the critic: the
     critic itself (minutes of pre-training for some sizes) is never built by a dry run."""
-    from stepcritic.train import shipped_base, tiny
+    from stepcritic.train.tiny import shipped
+    from stepcritic.train.tiny.model import build_config
 
     args = recipe.script_args
-    if args.tiny_pretrained_base and shipped_base.stale_reason() is None:
+    if args.tiny_pretrained_base and shipped.stale_reason() is None:
         from transformers import AutoProcessor
 
-        return AutoProcessor.from_pretrained(str(shipped_base.FOLDER))
-    return tiny.build_config(arch=args.tiny_model_arch, size=args.tiny_model_size)[1]
+        return AutoProcessor.from_pretrained(str(shipped.FOLDER))
+    return build_config(arch=args.tiny_model_arch, size=args.tiny_model_size)[1]
 
 
 def load_processor(recipe):

@@ -1,11 +1,11 @@
 """Vision-language pre-training of the tiny critic's base on rendered scenes: captions and visual questions.
 
-    python -m stepcritic.train.base_pretrain --out runs/tiny-base --steps 6000 [--threads 1] [--max-minutes M]
+    python -m stepcritic.train.tiny.base_pretrain --out runs/tiny-base --steps 6000 [--threads 1] [--max-minutes M]
 
 A real critic is fine-tuned from a VLM that already reads images into words. The tiny critic's language model
 starts random, and learning both to read a scene and to judge a step from a few thousand critic examples is
 more than a CPU-sized run manages (binding a colour to one of three shapes takes thousands of steps). This stage
-is the tiny base's LLaVA-style pre-training: next-token loss on the answers of `data_prep.scene_qa`
+is the tiny base's LLaVA-style pre-training: next-token loss on the answers of `scene_qa`
 conversations (sometimes a caption, then questions about colours, positions, counts, relations, sizes, sums and
 yes/no claims), with the pre-trained vision tower frozen. No chain, step or correctness label is ever shown, and
 no scene of the demo's held-out chains (`excluded_scenes`): the critic still has to learn to judge from the critic
@@ -83,7 +83,7 @@ class SceneConversations:
         from trl.data_utils import prepare_multimodal_messages
 
         from stepcritic.data_prep.images import to_rgb
-        from stepcritic.data_prep.scene_qa import conversation
+        from stepcritic.train.tiny.scene_qa import conversation
 
         out = []
         while len(out) < n:
@@ -131,7 +131,7 @@ def alignment_loss(model, pixel_values, words) -> "torch.Tensor":
     relative to that sum's. An image token then reads like a caption of its cell, so "the circle" in a question can
     find the circle's token the way it finds the word in a caption, instead of learning a map between unrelated
     spaces. The embeddings are the target, not trained by this loss."""
-    from stepcritic.train.vision_pretrain import cell_features
+    from stepcritic.train.tiny.vision_pretrain import cell_features
 
     features = cell_features(model, pixel_values, words.shape[0])  # (images, cells, hidden)
     table = model.get_input_embeddings().weight.detach()
@@ -279,7 +279,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
 
 
 def pretrain_built(model, processor, on_gpu: bool, steps: int, seed: int = 0, image_size: int = 96) -> dict:
-    """The base pre-training of a tiny critic being built (`tiny.build_tiny_critic(then=...)`), on a GPU when the
+    """The base pre-training of a tiny critic being built (`model.build_tiny_critic(then=...)`), on a GPU when the
     build runs there: bf16, larger batches, data in worker processes."""
     return pretrain_base(model, processor, steps, seed=seed, image_size=image_size, bf16=on_gpu,
                          device="cuda" if on_gpu else "cpu", batch_size=64 if on_gpu else 16,
@@ -293,10 +293,10 @@ def probe(model, processor, per_question: int = 48, caption: bool = False, seed:
     import torch
     from trl.data_utils import prepare_multimodal_messages
 
-    from stepcritic.data_prep import scene_qa
     from stepcritic.data_prep.images import to_rgb
     from stepcritic.data_prep.prompts import assistant_turn, user_turn, user_with_image
     from stepcritic.data_prep.render import place, random_pairs, render_png
+    from stepcritic.train.tiny import scene_qa
 
     rng, accuracy = random.Random(seed), {}
     model.eval()
@@ -334,7 +334,7 @@ def _last_run(positions: list[int]) -> list[int]:
 
 
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.train.base_pretrain",
+    parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.train.tiny.base_pretrain",
                                                description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="run folder: checkpoints while training, the base at the end")
     parser.add_argument("--steps", type=int, default=6000, help="planned steps (the schedule's length)")
@@ -352,7 +352,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--align-steps", type=int, default=0,
                         help="first steps that train the projector on the alignment loss alone")
     parser.add_argument("--init-from", help="start from the weights of a model folder (the shipped base: "
-                                            "stepcritic/train/tiny_base) or of another run's checkpoint.pt (not its "
+                                            "stepcritic/train/tiny/base) or of another run's checkpoint.pt (not its "
                                             "optimiser or schedule)")
     return parser
 
@@ -365,7 +365,7 @@ def main(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from stepcritic.train.loading import load_critic
-    from stepcritic.train.tiny import build_tiny_critic
+    from stepcritic.train.tiny.model import build_tiny_critic
 
     os.makedirs(args.out, exist_ok=True)
     init = os.path.join(args.out, "init")

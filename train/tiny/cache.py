@@ -29,11 +29,11 @@ def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "ll
     """
     import transformers
 
-    from stepcritic.train import tiny
-    from stepcritic.train.tiny_tokenizer import corpus_digest
+    from stepcritic.train.tiny import model
+    from stepcritic.train.tiny.tokenizer import corpus_digest
 
     key = json.dumps(
-        {"arch": arch, **build_kwargs, "builder": tiny.TINY_BUILD_VERSION, "transformers": transformers.__version__,
+        {"arch": arch, **build_kwargs, "builder": model.TINY_BUILD_VERSION, "transformers": transformers.__version__,
          "corpus": corpus_digest()},
         sort_keys=True,
     )
@@ -47,11 +47,11 @@ def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "ll
         steps = build_kwargs.pop("base_pretrain_steps", 0)
         then = None
         if steps:
-            from stepcritic.train.base_pretrain import pretrain_built
+            from stepcritic.train.tiny.base_pretrain import pretrain_built
 
             then = functools.partial(pretrain_built, steps=steps, seed=build_kwargs.get("seed", 0),
                                      image_size=build_kwargs.get("image_size", 96))
-        tiny.build_tiny_critic(staging, arch=arch, then=then, **build_kwargs)
+        model.build_tiny_critic(staging, arch=arch, then=then, **build_kwargs)
         os.rename(staging, target)
     except OSError:
         if not target.is_dir():  # losing the rename race to another process is fine; anything else is not

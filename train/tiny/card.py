@@ -30,7 +30,7 @@ def write_card(folder: Path, record: dict, meta: dict) -> Path:
         parameters = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())
     size_mb = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6
     s = record["settings"]
-    command = (f"python -m stepcritic.train.base_pretrain --out RUN --steps {s['steps']} --batch-size "
+    command = (f"python -m stepcritic.train.tiny.base_pretrain --out RUN --steps {s['steps']} --batch-size "
                f"{s['batch_size']} --vision-steps {s['vision_steps']} --learning-rate {s['learning_rate']} "
                f"--seed {s['seed']} --threads {s['threads']}")
     hours = record["seconds"] / 3600
@@ -46,7 +46,7 @@ def write_card(folder: Path, record: dict, meta: dict) -> Path:
         "",
         "## How it was made",
         "",
-        f"- command: `{command}`, then `python -m stepcritic.train.shipped_base --from RUN`",
+        f"- command: `{command}`, then `python -m stepcritic.train.tiny.shipped --from RUN`",
         f"- commit: `{meta.get('commit') or 'unknown'}`",
         f"- steps: vision tower {s['vision_steps']} (each image token classified into its cell's shape, colour, "
         f"size, row and column), then {record['steps']}{partial} of vision-language pre-training, batch "
@@ -59,11 +59,11 @@ def write_card(folder: Path, record: dict, meta: dict) -> Path:
         "kinds below (yes/no questions true half of the time). No reasoning chain, step or correctness label, and "
         "no scene of the demo's held-out chains (`base_pretrain.excluded_scenes`).",
         f"- fingerprint of its config and tokenizer: `{meta['fingerprint']}` (`python -m "
-        "stepcritic.train.shipped_base --check` compares it with the code)",
+        "stepcritic.train.tiny.shipped --check` compares it with the code)",
         "",
         "## Probe",
         "",
-        "`python -m stepcritic.experiments.base_probe --model stepcritic/train/tiny_base --per-question 96`: each "
+        "`python -m stepcritic.experiments.base_probe --model stepcritic/train/tiny/base --per-question 96`: each "
         "kind of question asked alone with a fresh scene of 1 to 6 shapes (no caption first); an answer counts when "
         "every token is the model's first choice.",
         "",

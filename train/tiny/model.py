@@ -1,7 +1,7 @@
 """An offline tiny vision-language critic: a real architecture with random weights and its own tokenizer.
 
 The Hugging Face Hub is not reachable from tests, CI or the offline demo, so everything a trainer needs is built
-here from code: a byte-level BPE tokenizer (`tiny_tokenizer.py`), a stock image processor and a model of a few
+here from code: a byte-level BPE tokenizer (`tokenizer.py`), a stock image processor and a model of a few
 million parameters, cached under a key that covers everything the build reads. The result is saved like any Hub
 checkpoint, so the training and evaluation code paths are exactly the ones used for Qwen2.5-VL or SmolVLM.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from stepcritic.train.tiny_tokenizer import (
+from stepcritic.train.tiny.tokenizer import (
     CHAT_TEMPLATE,
     IDEFICS3_TOKENS,
     IMAGE_TOKEN,
@@ -25,7 +25,7 @@ from stepcritic.train.tiny_tokenizer import (
 )
 
 # Bump when the builder changes what it writes, so cached copies are rebuilt instead of silently reused
-# (part of the cache key in tiny_cache.py).
+# (part of the cache key in cache.py).
 TINY_BUILD_VERSION = 4
 DEFAULT_PATCH_SIZE = {"llava": 32, "idefics3": 16}
 
@@ -154,7 +154,7 @@ def build_tiny_critic(
     one synthetic grid cell for LLaVA (96 px / 32: nine image tokens, so sequences stay short) and 16 px for
     Idefics3, whose 2x2 pixel shuffle needs an even patch grid. `vision_pretrain_steps` > 0 gives the
     vision tower a short supervised pre-training on rendered scenes (see `vision_pretrain.py`); the language
-    model stays random unless `then(model, processor, on_gpu)` trains it before saving (`tiny_cache` passes the
+    model stays random unless `then(model, processor, on_gpu)` trains it before saving (`cache` passes the
     base pre-training of `base_pretrain.py` there, on a GPU when there is one).
     """
     import torch
@@ -170,7 +170,7 @@ def build_tiny_critic(
     if on_gpu:
         model.to("cuda")
     if vision_pretrain_steps:
-        from stepcritic.train.vision_pretrain import pretrain_vision
+        from stepcritic.train.tiny.vision_pretrain import pretrain_vision
 
         pretrain_vision(model, processor, vision_pretrain_steps, seed=seed)
     if then is not None:

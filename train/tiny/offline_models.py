@@ -6,7 +6,7 @@ on a fresh GPU box. `build_random_checkpoint` saves a model of the same architec
 tiny (`archs.tiny_config`: a test runs every recipe in seconds on a CPU) or of the published size
 (`archs.real_config`: a GPU run measures time and memory of the real shape), next to a processor made here:
 
-* a byte-level BPE tokenizer trained offline (`tiny_tokenizer.train_tokenizer`) carrying the family's special tokens
+* a byte-level BPE tokenizer trained offline (`tokenizer.train_tokenizer`) carrying the family's special tokens
   (Qwen: `<|im_start|>`, `<|im_end|>`, `<|vision_start|>`, `<|image_pad|>`, `<|vision_end|>`; Idefics3:
   `<image>`, `<fake_token_around_image>`, `<global-img>`, the tile tags; Gemma 3: `<start_of_image>`,
   `<image_soft_token>`, `<end_of_image>`; InternVL: `<img>`, `<IMG_CONTEXT>`, `</img>`);
@@ -24,7 +24,7 @@ Qwen3-VL likewise (its processor expands images the same way). InternVL's proces
 too; InternVL checkpoints get a `LlavaProcessor`, with or without torchvision, that expands one tile at the
 tower's size per image (no dynamic tiling). Gemma 3's own processor has no video side and is used as it is.
 
-    python -m stepcritic.train.offline_models --model qwen2.5-vl-3b --size real --out runs/qwen3b-random
+    python -m stepcritic.train.tiny.offline_models --model qwen2.5-vl-3b --size real --out runs/qwen3b-random
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _has_torchvision() -> bool:
 
 def chat_template(model_type: str) -> str:
     """The tiny critic's ChatML template (assistant turns inside `{% generation %}`) with this family's image."""
-    from stepcritic.train.tiny_tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN
+    from stepcritic.train.tiny.tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN
 
     return CHAT_TEMPLATE.replace(IMAGE_TOKEN, _FAMILIES[model_type]["image"])
 
@@ -101,7 +101,7 @@ def build_tokenizer(model_type: str, vocab_size: int = DEFAULT_VOCAB, model_max_
     """An offline byte-level BPE tokenizer with the family's special tokens; eos `<|im_end|>`, pad `<|endoftext|>`."""
     from transformers import PreTrainedTokenizerFast
 
-    from stepcritic.train.tiny_tokenizer import train_tokenizer
+    from stepcritic.train.tiny.tokenizer import train_tokenizer
 
     family = _FAMILIES[model_type]
     trained = train_tokenizer(vocab_size, [PAD, TURN_START, TURN_END, *family["specials"]])
@@ -273,7 +273,8 @@ def _write_card(out_dir, name, model_type, size, dtype, seed, n_params, processo
             "the same way" + (", one tile each" if model_type == "internvl" else "") + ")" if stands_in_for else "")
     card = "\n".join([
         f"# Random {model_type} checkpoint ({size}): not a trained model", "",
-        f"Built offline by `python -m stepcritic.train.offline_models --model {name} --size {size} --seed {seed}`.",
+        f"Built offline by `python -m stepcritic.train.tiny.offline_models --model {name} --size {size} "
+        f"--seed {seed}`.",
         f"Architecture of `{name}`, {n_params:,} parameters, randomly initialised, dtype {dtype}. For running "
         "StepCritic's recipes and measuring time and memory without downloading anything; it knows nothing.", "",
         f"- tokenizer: byte-level BPE trained offline, {vocab} tokens, the family's special tokens, ChatML template "
@@ -289,7 +290,7 @@ def _write_card(out_dir, name, model_type, size, dtype, seed, n_params, processo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m stepcritic.train.offline_models",
+        prog="python -m stepcritic.train.tiny.offline_models",
         description="Save a randomly initialised checkpoint of a recipe's architecture with an offline processor.")
     parser.add_argument("--model", required=True,
                         help="Hub name, alias (qwen2.5-vl-3b, qwen2.5-vl-7b, qwen3-vl-4b, qwen3-vl-8b, gemma-3-4b, "

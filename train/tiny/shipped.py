@@ -1,15 +1,15 @@
-"""The pretrained tiny base shipped inside the package (`stepcritic/train/tiny_base/`), and the check that it
+"""The pretrained tiny base shipped inside the package (`stepcritic/train/tiny/base/`), and the check that it
 still fits the code.
 
 Every real critic is fine-tuned from a VLM that already reads images into words. The offline tiny critic's base
-is that VLM for the embedded default: the tiny LLaVA of `tiny.py` after `base_pretrain.py` (hours of CPU, done
+is that VLM for the embedded default: the tiny LLaVA of `model.py` after `base_pretrain.py` (hours of CPU, done
 once), so that the demo's minutes go to turning a base into a critic. Its weights only mean something with the
 config and tokenizer they were trained with, so the folder records a fingerprint of both (`fingerprint()`),
-and a base whose fingerprint no longer matches what `tiny.py` builds is not used: the caller falls back to a
+and a base whose fingerprint no longer matches what `model.py` builds is not used: the caller falls back to a
 short base built on the spot, and says so.
 
-    python -m stepcritic.train.shipped_base --from RUN_DIR     install a finished base_pretrain run here
-    python -m stepcritic.train.shipped_base --check            does the shipped base match the code?
+    python -m stepcritic.train.tiny.shipped --from RUN_DIR     install a finished base_pretrain run here
+    python -m stepcritic.train.tiny.shipped --check            does the shipped base match the code?
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ import shutil
 import sys
 from pathlib import Path
 
-FOLDER = Path(__file__).resolve().parent / "tiny_base"
+FOLDER = Path(__file__).resolve().parent / "base"
 META = "stepcritic_base.json"
 # the stand-in when the shipped base is missing or stale: a few minutes of the same pre-training
 FALLBACK = {"vision_pretrain_steps": 400, "base_pretrain_steps": 300}
-REBUILD = ("python -m stepcritic.train.base_pretrain --out runs/tiny-base --steps 16000 --batch-size 8 --threads 1 "
-           "&& python -m stepcritic.train.shipped_base --from runs/tiny-base")
+REBUILD = ("python -m stepcritic.train.tiny.base_pretrain --out runs/tiny-base --steps 16000 --batch-size 8 "
+           "--threads 1 && python -m stepcritic.train.tiny.shipped --from runs/tiny-base")
 
 
 def fingerprint(arch: str = "llava", size: str = "small", image_size: int = 96, vocab_size: int = 1024) -> str:
     """A hash of what the weights depend on and the code decides: the model config and the tokenizer (its vocabulary,
-    merges and chat template), as `tiny.py` builds them today."""
-    from stepcritic.train.tiny import build_config
+    merges and chat template), as `model.py` builds them today."""
+    from stepcritic.train.tiny.model import build_config
 
     config, processor = build_config(arch=arch, size=size, image_size=image_size, vocab_size=vocab_size)
     return _digest(config, processor)
@@ -82,7 +82,7 @@ def base_path(cache_dir: str | os.PathLike | None = None, log=print) -> str:
     reason = stale_reason()
     if reason is None:
         return str(FOLDER)
-    from stepcritic.train.tiny_cache import tiny_critic_path
+    from stepcritic.train.tiny.cache import tiny_critic_path
 
     log(f"note: {reason}; building a short base instead (about 5 minutes on 2 CPU cores, cached), so critics "
         f"trained from it will score worse than the README says. Rebuild the shipped base with: {REBUILD}")
@@ -91,7 +91,7 @@ def base_path(cache_dir: str | os.PathLike | None = None, log=print) -> str:
 
 def install(run_dir: str, commit: str | None = None) -> Path:
     """Copy a finished `base_pretrain` run's model into the package folder with its card and fingerprint."""
-    from stepcritic.train.base_card import write_card
+    from stepcritic.train.tiny.card import write_card
 
     model = Path(run_dir) / "model"
     record = json.loads((Path(run_dir) / "pretraining.json").read_text())
@@ -116,11 +116,11 @@ def install(run_dir: str, commit: str | None = None) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stepcritic.train.shipped_base",
+    parser = argparse.ArgumentParser(prog="python -m stepcritic.train.tiny.shipped",
                                      description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--from", dest="run_dir",
-                       help="a finished `python -m stepcritic.train.base_pretrain` run folder")
+                       help="a finished `python -m stepcritic.train.tiny.base_pretrain` run folder")
     group.add_argument("--check", action="store_true", help="exit 1 with one line when the shipped base is stale")
     parser.add_argument("--commit", help="the commit the run was made with (recorded in the card)")
     args = parser.parse_args(argv)
