@@ -91,6 +91,117 @@ def subset_values(candidates: list[dict], selectors=SELECTORS) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- many subsets at once
+
+class _Table:
+    """Candidates as arrays, one entry per candidate: right or not, answer (a code, -1 for none), and each selector's
+    score rounded as `pick_accuracy` rounds it (NaN for none)."""
+
+    def __init__(self, flat: list[dict]):
+        import numpy as np
+
+        self.correct = np.array([bool(c["correct"]) for c in flat], dtype=float)
+        codes: dict = {}
+        self.answer = np.array([-1 if c["answer"] is None else codes.setdefault(c["answer"], len(codes)) for c in flat],
+                               dtype=np.int64)
+        self.scores = {s: np.array([np.nan if c["scores"].get(s) is None else round(c["scores"][s], 9) for c in flat],
+                                   dtype=float) for s in SELECTORS}
+
+
+def _rows_values(table: _Table, idx, selectors) -> dict:
+    """`subset_values` of many subsets of one size at once (`idx`: one row of candidate positions per subset), NaN
+    for None; each value computed with the same operations, so the same float."""
+    import numpy as np
+
+    correct = table.correct[idx]
+    n_right = correct.sum(axis=1)
+    random = n_right / idx.shape[1]
+    out = {}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for s in SELECTORS:
+            if s not in selectors:
+                out[s] = np.full(len(idx), np.nan)
+                continue
+            scores = table.scores[s][idx]
+            known = ~np.isnan(scores)
+            top = scores == np.max(np.where(known, scores, -np.inf), axis=1, keepdims=True)
+            out[s] = np.where(known.any(axis=1), (top * correct).sum(axis=1) / top.sum(axis=1), random)
+        answer = table.answer[idx]
+        has = answer >= 0
+        same = (answer[:, :, None] == answer[:, None, :]) & has[:, None, :] & has[:, :, None]
+        count = same.sum(axis=2)  # per member, how many share its answer (0 without one)
+        most = count.max(axis=1)
+        earlier = np.tril(same, -1).any(axis=2)  # its answer came up before: counted with that member
+        tied = ~earlier & has & (count == most[:, None])
+        share = np.where(tied, (same * correct[:, None, :]).sum(axis=2) / np.maximum(count, 1), 0.0)
+        n_tied = tied.sum(axis=1)
+        majority = np.where(n_tied > 0, share.sum(axis=1) / np.maximum(n_tied, 1), np.nan)
+    for r in np.flatnonzero(n_tied > 2):  # `statistics.fmean` adds exactly: more than two shares can round apart
+        majority[r] = statistics.fmean(share[r][tied[r]].tolist())
+    out.update(random=random, oracle=(n_right > 0).astype(float), majority=majority)
+    return out
+
+
+def _question_means(values: dict, ends) -> list[dict]:
+    """Per question (its rows end at `ends`), each method's mean over its subsets, as `question_values` takes it:
+    None when a subset has none, else `statistics.fmean` (an exactly rounded sum, divided)."""
+    import numpy as np
+
+    starts = [0, *ends[:-1]]
+    per_method = []
+    for m in METHODS:
+        column = values[m]
+        undefined = np.add.reduceat(np.isnan(column), starts) > 0 if len(column) else []
+        column = column.tolist()
+        per_method.append([None if bad else column[lo] if hi - lo == 1 else math.fsum(column[lo:hi]) / (hi - lo)
+                           for lo, hi, bad in zip(starts, ends, undefined)])
+    return [dict(zip(METHODS, row)) for row in zip(*per_method)]
+
+
+def _many_question_values(questions: dict, groups: list[str], n: int | None, max_subsets: int, seed: int,
+                          selectors) -> list[dict]:
+    """`question_values` of each question in `groups` at N = n (None: every candidate once, `full_values`),
+    computed over all their subsets together, a batch per subset size."""
+    import numpy as np
+
+    table = _Table([c for g in groups for c in questions[g]])
+    by_size: dict[int, list] = defaultdict(list)  # subset size: (question, its subsets as candidate positions)
+    every: dict[tuple, np.ndarray] = {}  # (size, n): all n-subsets of a question of that size, as `subsets` lists them
+    offset = 0
+    for k, g in enumerate(groups):
+        size = len(questions[g])
+        if n is None:
+            picked = np.arange(size, dtype=np.int64)[None, :]
+        elif math.comb(size, n) <= max_subsets:
+            if (size, n) not in every:
+                every[size, n] = np.array(subsets(size, n, g, max_subsets, seed), dtype=np.int64).reshape(-1, n)
+            picked = every[size, n]
+        else:
+            picked = np.array(subsets(size, n, g, max_subsets, seed), dtype=np.int64)
+        by_size[picked.shape[1]].append((k, picked + offset))
+        offset += size
+    out: list = [None] * len(groups)
+    for batch in by_size.values():
+        ends = np.cumsum([len(rows) for _, rows in batch]).tolist()
+        values = _rows_values(table, np.concatenate([rows for _, rows in batch]), selectors)
+        for (k, _), means in zip(batch, _question_means(values, ends)):
+            out[k] = means
+    return out
+
+
+def _cached_values(questions: dict, groups: list[str], n: int | None, max_subsets: int, seed: int, selectors,
+                   memo: dict | None, keys: dict | None) -> list[dict]:
+    """`_many_question_values`, remembered in `memo` by question, N, candidates and selectors: a breakdown holds
+    whole questions, whose values it then reads instead of drawing and scoring their subsets again."""
+    if memo is None or keys is None:
+        return _many_question_values(questions, groups, n, max_subsets, seed, selectors)
+    key = lambda g: (g, n, max_subsets, seed, tuple(selectors), keys[g])  # noqa: E731
+    missing = [g for g in groups if key(g) not in memo]
+    for g, v in zip(missing, _many_question_values(questions, missing, n, max_subsets, seed, selectors)):
+        memo[key(g)] = v
+    return [memo[key(g)] for g in groups]
+
+
 # ----------------------------------------------------------------------------- subsets and curves
 
 def n_values(max_size: int) -> list[int]:
@@ -132,14 +243,16 @@ def given_selectors(questions: dict[str, list[dict]]) -> tuple[str, ...]:
     return tuple(s for s in SELECTORS if any(c["scores"].get(s) is not None for cs in questions.values() for c in cs))
 
 
-def full_values(questions: dict[str, list[dict]]) -> dict[str, dict]:
-    """Per question, each method's accuracy with all its candidates (N = its group size)."""
-    selectors = given_selectors(questions)
-    return {g: subset_values(questions[g], selectors) for g in sorted(questions)}
+def full_values(questions: dict[str, list[dict]], memo: dict | None = None, keys: dict | None = None) -> dict:
+    """Per question, each method's accuracy with all its candidates (N = its group size). `memo` and `keys` (each
+    question's candidates, `keyed_candidates`) remember the values for the next call on the same questions."""
+    groups = sorted(questions)
+    values = _cached_values(questions, groups, None, 0, 0, given_selectors(questions), memo, keys)
+    return dict(zip(groups, values))
 
 
 def best_of_n(questions: dict[str, list[dict]], max_subsets: int = DEFAULT_MAX_SUBSETS,
-              seed: int = DEFAULT_SEED) -> dict:
+              seed: int = DEFAULT_SEED, memo: dict | None = None, keys: dict | None = None) -> dict:
     """The best-of-N section for one judge, from its candidates per question (`candidates`).
 
     `curve[method][str(N)]` is the mean over questions with at least N candidates; `full[method]` the mean over
@@ -154,10 +267,10 @@ def best_of_n(questions: dict[str, list[dict]], max_subsets: int = DEFAULT_MAX_S
     for n in ns:
         counted = [g for g in sorted(questions) if sizes[g] >= n]
         n_questions[str(n)] = len(counted)
-        values = [question_values(g, questions[g], n, max_subsets, seed, selectors) for g in counted]
+        values = _cached_values(questions, counted, n, max_subsets, seed, selectors, memo, keys)
         for m in METHODS:
             curve[m][str(n)] = _mean([v[m] for v in values])
-    per_question = full_values(questions)
+    per_question = full_values(questions, memo, keys)
     full = {m: _mean([v[m] for v in per_question.values()]) for m in METHODS}
     counts = defaultdict(int)
     for size in sizes.values():
@@ -177,20 +290,35 @@ def selector_scores(pred: dict) -> dict:
             "mean": statistics.fmean(known) if known else None, "last": steps[-1] if steps else None}
 
 
-def candidates(gold: list[dict], preds: list[dict]) -> dict[str, list[dict]]:
+def candidate(chain: dict, pred: dict) -> dict:
+    answer = chain.get("final_answer")
+    return {"correct": bool(chain["answer_correct"]), "answer": normalize_answer(answer) if answer else None,
+            "scores": selector_scores(pred)}
+
+
+def candidates(gold: list[dict], preds: list[dict], memo: dict | None = None) -> dict[str, list[dict]]:
     """Per question (group_id) with two or more chains of known answer label: its candidates, by chain_id."""
-    groups: dict[str, list[dict]] = defaultdict(list)
+    return keyed_candidates(gold, preds, memo)[0]
+
+
+def keyed_candidates(gold: list[dict], preds: list[dict], memo: dict | None = None) -> tuple[dict, dict]:
+    """`candidates`, and per question the ids of its candidate chains; `memo` keeps each chain's candidate for the
+    next call (a breakdown) with the same judge."""
+    made = {} if memo is None else memo.setdefault("candidates", {})
+    groups: dict[str, list] = defaultdict(list)
     for chain, pred in sorted(zip(gold, preds), key=lambda cp: cp[0]["chain_id"]):
         if chain["answer_correct"] is None:
             continue
-        answer = chain.get("final_answer")
-        groups[chain["group_id"]].append({"correct": bool(chain["answer_correct"]),
-                                          "answer": normalize_answer(answer) if answer else None,
-                                          "scores": selector_scores(pred)})
-    return {g: c for g, c in groups.items() if len(c) >= 2}
+        if chain["chain_id"] not in made:
+            made[chain["chain_id"]] = candidate(chain, pred)
+        groups[chain["group_id"]].append((chain["chain_id"], made[chain["chain_id"]]))
+    kept = {g: c for g, c in groups.items() if len(c) >= 2}
+    return {g: [c for _, c in cs] for g, cs in kept.items()}, {g: tuple(i for i, _ in cs) for g, cs in kept.items()}
 
 
 def section(gold: list[dict], preds: list[dict], max_subsets: int = DEFAULT_MAX_SUBSETS,
-            seed: int = DEFAULT_SEED) -> dict:
-    """The best-of-n section of one judge (`results.TASK_SECTIONS`)."""
-    return best_of_n(candidates(gold, preds), max_subsets, seed)
+            seed: int = DEFAULT_SEED, memo: dict | None = None) -> dict:
+    """The best-of-n section of one judge (`results.TASK_SECTIONS`). `memo`, one dict per judge, keeps what a
+    breakdown of the same judge would compute again (each chain's candidate, each question's values)."""
+    questions, keys = keyed_candidates(gold, preds, memo)
+    return best_of_n(questions, max_subsets, seed, memo, keys)

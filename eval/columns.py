@@ -93,6 +93,7 @@ class Answers:
         self.unread = np.fromiter((not p["valid"] and (p.get("extra") or {}).get("scope") != "chain" for p in preds),
                                   dtype=bool, count=len(preds))
         self.explained = np.fromiter((p.get("explanations") is not None for p in preds), dtype=bool, count=len(preds))
+        self.memo: dict = {}  # what a section keeps for the same judge's breakdowns (`best_of_n.section`)
 
 
 class View:

@@ -104,7 +104,9 @@ def verifier_avg(data, boot: GroupBootstrap) -> np.ndarray:
 
 def bon_chain(data, boot: GroupBootstrap) -> np.ndarray:
     """Best-of-N accuracy of the chain-score pick with all candidates, per resample of the questions."""
-    per_question = best_of_n.full_values(best_of_n.candidates(data.gold, data.preds))
+    memo = data.answers.memo  # the section just computed the same values
+    questions, keys = best_of_n.keyed_candidates(data.gold, data.preds, memo)
+    per_question = best_of_n.full_values(questions, memo, keys)
     hits = {g: v["chain"] for g, v in per_question.items() if v["chain"] is not None}
     return boot.ratio(list(hits), list(hits.values()), [1.0] * len(hits))
 

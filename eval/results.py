@@ -64,8 +64,8 @@ def _undefined(result: dict) -> dict:
 # ----------------------------------------------------------------------------- task sections
 
 def _correlations(human, judge) -> dict:
-    somers = M.somers_d(human, judge)
-    return {"d": somers["d"], "rho": M.spearman(human, judge)["rho"], "n": somers["n"]}
+    somers = M.somers_d(human, judge, pvalue=False)
+    return {"d": somers["d"], "rho": M.spearman(human, judge, pvalue=False)["rho"], "n": somers["n"]}
 
 
 def explanation_items(gold: list[dict], preds: list[dict]) -> list[dict]:
@@ -272,7 +272,7 @@ class JudgeData:
 
 # the section of each registered task, from one judge's data; a new task adds its function here
 def _best_of_n(d: JudgeData) -> dict:
-    return bon.section(d.gold, d.preds, **d.settings.get("best_of_n", {}))
+    return bon.section(d.gold, d.preds, **d.settings.get("best_of_n", {}), memo=d.answers.memo)
 
 
 def _rpts(d: JudgeData) -> dict:
