@@ -3,4 +3,5 @@ it measured; docs/experiments.md holds their results and the commands that produ
 
     python -m stepcritic.experiments.perception_probe          can the tiny critic read its images?
     python -m stepcritic.experiments.base_probe --model DIR    what a tiny base answers about its scenes
+    python -m stepcritic.experiments.lookup_probe              which look-ups a fresh language model learns, how fast
 """

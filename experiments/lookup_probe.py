@@ -1,0 +1,157 @@
+"""Which look-ups can the tiny language model learn, and how fast? A rerunnable diagnostic, not a test.
+
+Trains a fresh tiny model (random language model, vision tower pre-trained as in every tiny build) on one kind of
+scene question (`train/tiny/scene_qa.py`: "Is there a circle in the image?", "What colour is the square?"...) over
+scenes of 2 to 4 shapes, and prints the held-out exact-match accuracy of its answers as it goes. `--scene text`
+gives the scene as its caption in words instead of a picture: the same look-up, with nothing to read off an image.
+`--induction-steps N` first trains N steps of next-token prediction on word lists said twice ("red circle top
+blue red circle top blue"), the classic task on which a transformer learns to find an earlier copy of the current
+word; it shows whether that ability is what the look-up is waiting for.
+
+    python -m stepcritic.experiments.lookup_probe --question exists --steps 800
+    python -m stepcritic.experiments.lookup_probe --question exists --steps 800 --scene text
+    python -m stepcritic.experiments.lookup_probe --question colour --steps 800
+    python -m stepcritic.experiments.lookup_probe --question exists --steps 600 --scene text --induction-steps 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+
+
+def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.experiments.lookup_probe",
+                                               description=__doc__.splitlines()[0])
+    parser.add_argument("--question", default="exists", help="a question kind of scene_qa (exists, colour, where...)")
+    parser.add_argument("--scene", choices=("image", "text"), default="image")
+    parser.add_argument("--steps", type=int, default=800, help="training steps on the question (batch 16)")
+    parser.add_argument("--induction-steps", type=int, default=0, help="steps on repeated word lists first")
+    parser.add_argument("--items", type=int, nargs=2, default=(2, 4), metavar=("MIN", "MAX"), help="shapes a scene")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None, help="where the fresh tiny model is built (default: a temporary one)")
+    return parser
+
+
+def conversations(ask, rng: random.Random, n: int, items: tuple, as_text: bool) -> list:
+    """`n` single questions of one kind, each with its scene as a picture or as its caption."""
+    from trl.data_utils import prepare_multimodal_messages
+
+    from stepcritic.data_prep.images import to_rgb
+    from stepcritic.data_prep.render import place, random_pairs, render_png
+    from stepcritic.train.tiny.scene_qa import caption
+
+    out = []
+    while len(out) < n:
+        scene = place(rng, random_pairs(rng, rng.randint(*items)))
+        asked = ask(rng, scene)
+        if not asked:
+            continue
+        question, answer = asked
+        answer_turn = {"role": "assistant", "content": [{"type": "text", "text": answer}]}
+        if as_text:  # no image token at all: the chat template of a text-only conversation
+            out.append([{"role": "user", "content": [{"type": "text", "text": f"{caption(scene)} {question}"}]},
+                        answer_turn])
+        else:
+            out.append(prepare_multimodal_messages(
+                [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}, answer_turn],
+                images=[to_rgb(render_png(scene))]))
+    return out
+
+
+def encode(processor, convs: list, as_text: bool) -> dict:
+    import torch
+
+    from stepcritic.train.tiny.base_pretrain import encode as encode_with_image
+
+    if not as_text:
+        return encode_with_image(processor, convs)
+    batch = processor.tokenizer.apply_chat_template(convs, tokenize=True, return_dict=True, return_tensors="pt",
+                                                    return_assistant_tokens_mask=True, padding=True)
+    mask = torch.as_tensor(batch.pop("assistant_masks")).bool()
+    return {**batch, "labels": batch["input_ids"].masked_fill(~mask, -100)}
+
+
+def repeated_words(tokenizer, rng: random.Random, n: int) -> dict:
+    """`n` word lists said twice; every token is a target, and the second half is predictable only by finding the
+    first copy of the current word and reading what followed it."""
+    from stepcritic.data_prep.render import CELL_NAMES, COLOUR_NAMES, SHAPES
+
+    cell_words = {word for row in CELL_NAMES for name in row for word in name.split()}
+    words = sorted({*SHAPES, *COLOUR_NAMES, "big", "small", *cell_words})
+    texts = []
+    for _ in range(n):
+        said = [rng.choice(words) for _ in range(rng.randint(8, 24))]
+        texts.append(" " + " ".join(said + said))
+    batch = dict(tokenizer(texts, return_tensors="pt", padding=True, padding_side="right"))
+    batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    return batch
+
+
+def exact_match(model, batch: dict) -> float:
+    """Share of held-out answers whose every token is the model's first choice (teacher-forced)."""
+    import torch
+
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    model.eval()
+    with torch.no_grad():
+        predicted = model(**inputs).logits[:, :-1].argmax(-1)
+    model.train()
+    gold = batch["labels"][:, 1:]
+    kept = gold != -100
+    return float(((predicted == gold) | ~kept).all(-1).float().mean())
+
+
+def main(args: argparse.Namespace) -> list[dict]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from stepcritic.train import archs
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny import scene_qa
+    from stepcritic.train.tiny.model import build_tiny_critic
+
+    torch.set_num_threads(args.threads)
+    ask = getattr(scene_qa, "_" + args.question, None)
+    if ask not in scene_qa.QUESTIONS:
+        names = ", ".join(q.__name__.lstrip("_") for q in scene_qa.QUESTIONS)
+        raise SystemExit(f"--question {args.question!r} is not a scene question; choose one of {names}")
+    out = args.out or tempfile.mkdtemp(prefix="lookup-probe-")
+    model, processor = load_critic(build_tiny_critic(os.path.join(out, "init"), vision_pretrain_steps=400))
+    as_text = args.scene == "text"
+    held_out = encode(processor, conversations(ask, random.Random(999), 128, tuple(args.items), as_text), as_text)
+    archs.freeze_vision_tower(model)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=args.learning_rate, betas=(0.9, 0.98))
+    torch.manual_seed(0)
+    model.train()
+    start, rows = time.perf_counter(), []
+    for step in range(args.induction_steps + args.steps):
+        rng = random.Random(f"lookup-probe/{step}")
+        induction = step < args.induction_steps
+        batch = (repeated_words(processor.tokenizer, rng, 16) if induction
+                 else encode(processor, conversations(ask, rng, 16, tuple(args.items), as_text), as_text))
+        loss = model(**batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
+        optimizer.step()
+        if (step + 1) % args.eval_every == 0:
+            rows.append({"step": step + 1, "stage": "repeated words" if induction else args.question,
+                         "loss": round(loss.item(), 3), "accuracy": round(exact_match(model, held_out), 3),
+                         "seconds": round(time.perf_counter() - start)})
+            print(rows[-1], flush=True)
+    print(f"\n{args.question}, scene as {args.scene}, {args.items[0]}-{args.items[1]} shapes, batch 16:")
+    print("| step | trained on | loss | held-out accuracy |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['step']} | {r['stage']} | {r['loss']} | {r['accuracy']:.3f} |")
+    return rows
+
+
+if __name__ == "__main__":
+    main(make_parser().parse_args())

@@ -1,0 +1,27 @@
+"""The look-up probe's data: repeated word lists repeat exactly, and a text scene carries no image."""
+
+import random
+
+from stepcritic.experiments.lookup_probe import conversations, repeated_words
+from stepcritic.train.tiny import scene_qa
+from stepcritic.train.tiny.model import build_config
+
+
+def test_the_second_half_of_each_word_list_repeats_the_first_token_for_token():
+    tokenizer = build_config()[1].tokenizer
+    batch = repeated_words(tokenizer, random.Random(0), 6)
+    for ids, mask, labels in zip(batch["input_ids"], batch["attention_mask"], batch["labels"]):
+        kept = ids[mask.bool()].tolist()
+        half = len(kept) // 2
+        assert len(kept) % 2 == 0 and kept[:half] == kept[half:]
+        assert (labels[mask.bool()] == ids[mask.bool()]).all() and (labels[~mask.bool()] == -100).all()
+
+
+def test_a_text_scene_states_its_caption_and_shows_no_image_and_answers_like_the_picture():
+    as_text = conversations(scene_qa._exists, random.Random(3), 5, (2, 4), as_text=True)
+    as_image = conversations(scene_qa._exists, random.Random(3), 5, (2, 4), as_text=False)
+    for text, image in zip(as_text, as_image):
+        assert [part["type"] for part in text[0]["content"]] == ["text"]
+        assert text[0]["content"][0]["text"].endswith(image[0]["content"][1]["text"])  # same question
+        assert text[1] == image[1]  # same answer
+        assert ": a " in text[0]["content"][0]["text"]  # the caption names what is where
