@@ -95,10 +95,12 @@ class _Counts:
     n_in: int = 0
     n_neutral: int = 0
     n_explained: int = 0  # steps with a reference critique: what an empty critique build's error mentions
+    n_text_only: int = 0  # chains without an image (training checks a text-only set against the model)
     sources: Counter = field(default_factory=Counter)
 
     def add(self, chain: dict) -> None:
         self.n_in += 1
+        self.n_text_only += schema.is_text_only(chain)
         self.n_neutral += sum(map(labels.is_neutral, chain["steps"]))
         self.n_explained += sum(bool(s.get("explanations")) for s in chain["steps"])
         self.sources[chain["source"]] += 1
@@ -107,6 +109,7 @@ class _Counts:
         self.n_in += other.n_in
         self.n_neutral += other.n_neutral
         self.n_explained += other.n_explained
+        self.n_text_only += other.n_text_only
         self.sources.update(other.sources)
 
 
@@ -369,7 +372,8 @@ def _stream_build(chains, kind: str, template, test_fraction: float, seed: int, 
     for s in SPLITS:
         writers[s].close()
     info = {"chains_in": reader.counts.n_in, "sources": reader.counts.sources,
-            "neutral_steps": reader.counts.n_neutral, "explained_steps": reader.counts.n_explained, **split_info}
+            "neutral_steps": reader.counts.n_neutral, "explained_steps": reader.counts.n_explained,
+            "text_only_chains": reader.counts.n_text_only, **split_info}
     return writers, produced, info
 
 
@@ -531,6 +535,7 @@ def _build_into(chains, kind: str, out_dir: str, loaded_template, mix: dict | No
         "test_fraction": test_fraction,
         "seed": seed,
         "neutral": {"policy": neutral, "steps": info["neutral_steps"]},
+        "text_only_chains": info["text_only_chains"],
     }
     if kind == "prm-sft":
         stats["step_targets"] = step_targets

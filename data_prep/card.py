@@ -34,6 +34,18 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     return lines
 
 
+def _images_line(stats: dict) -> str:
+    parts = "TRL-style messages whose content is a list of parts"
+    text_only, n = stats.get("text_only_chains", 0), stats["chains_in"]
+    if not text_only:
+        return f"Every row carries its image in `images` and {parts}."
+    if text_only == n:
+        return (f"Text only: no chain has an image, so `images` is empty and the prompts have no image placeholder; "
+                f"{parts}.")
+    return (f"{text_only} of the {n} chains are text only (their rows' `images` are empty, with no image placeholder); "
+            f"the others' rows carry their images in `images`; {parts}.")
+
+
 def card_text(stats: dict) -> str:
     balance = stats["label_balance"]
     labels = sorted(set().union(*(balance[s] for s in SPLITS)))
@@ -42,7 +54,7 @@ def card_text(stats: dict) -> str:
         KIND_DESCRIPTIONS[stats["kind"]] if stats.get("verifier_layout", "rows") == "rows"
         else VERIFIER_LAYOUT_DESCRIPTIONS[stats["verifier_layout"]],
         *([f"Trains `method: {' / '.join(stats['methods'])}` (`stepcritic train`)."] if "methods" in stats else []),
-        "Every row carries its image in `images` and TRL-style messages whose content is a list of parts.", "",
+        _images_line(stats), "",
         "Load with `datasets.load_from_disk(<this folder>)`.", "",
         "## Sources", "",
         *_table(("source", "chains"), list(stats["sources"].items())), "",
@@ -192,6 +204,9 @@ def ingest_card_text(stats: dict) -> str:
                   "first). Every image is kept, in order: the first is the chain's `image`, the others its "
                   "`extra_images`, and every prompt shows them all in that order. The chain ids are in "
                   "`stats.json` (`multi_image_chains`)."]
+    if stats.get("text_only_chains"):
+        lines += ["", f"{stats['text_only_chains']} chains are text only (no image): their prompts ask about the "
+                      "text alone, with no image placeholder, and their built rows' `images` are empty."]
     return "\n".join(lines) + "\n"
 
 

@@ -141,6 +141,8 @@ def main(args: argparse.Namespace) -> int:
         if notes["multi_image_chains"]:
             print(f"note: {notes['multi_image_chains']} chains show several images ({notes['extra_images']} beyond "
                   "the first), all kept in order; ids in stats.json multi_image_chains")
+        if stats["text_only_chains"]:
+            print(f"note: {stats['text_only_chains']} chains are text only (no image)")
         if "chain_label_check" in stats:
             check = stats["chain_label_check"]
             print(f"step-derived chain correctness vs {check['field']}: {check['agree']} agree, "

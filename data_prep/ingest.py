@@ -217,7 +217,7 @@ def _ingest(fmt: str, adapter, ctx: dict, input_path: str, out_dir: str | None, 
         notes: Counter = Counter()
         counts = LabelCounts()
         multi_image: list[str] = []
-        n_in = n_rejected = n_steps = 0
+        n_in = n_rejected = n_steps = n_text_only = 0
         first_rejected: list[dict] = []
         with open(rejected_path, "w", encoding="utf-8") as rejected_file:
             for where, chain in _converted(fmt, adapter, read_records(input_path), ctx, soft_threshold, num_proc):
@@ -240,6 +240,7 @@ def _ingest(fmt: str, adapter, ctx: dict, input_path: str, out_dir: str | None, 
                 seen_ids.add(chain["chain_id"])
                 writer.add(chain)
                 n_steps += len(chain["steps"])
+                n_text_only += chain["image"] is None
                 counts.add(chain)
                 chain_notes = labels.label_notes(chain)
                 notes.update(chain_notes)
@@ -255,7 +256,7 @@ def _ingest(fmt: str, adapter, ctx: dict, input_path: str, out_dir: str | None, 
             "n_records": n_in, "n_chains": len(dataset), "n_steps": n_steps,
             "n_rejected": n_rejected, "rejected": first_rejected, "label_counts": counts.result(),
             "label_notes": {k: notes[k] for k in NOTE_KEYS}, "soft_threshold": float(soft_threshold),
-            "multi_image_chains": multi_image,
+            "multi_image_chains": multi_image, "text_only_chains": n_text_only,
         }
         if n_rejected > REJECTED_INLINE:
             stats["rejected_file"] = REJECTED_FILE

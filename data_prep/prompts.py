@@ -6,7 +6,9 @@ judges ask (a 0-10 score, the listwise choice, LookBack's checks), so every temp
 hash and a golden snapshot. Messages follow TRL's
 conversational vision format: every `content` is a list of parts, and a chain's images are `{"type": "image"}`
 placeholders (one per image, in order) at the start of the first user turn; the images themselves travel separately
-(the dataset's `images` column, or `trl.data_utils.prepare_multimodal_messages(messages, images)`).
+(the dataset's `images` column, or `trl.data_utils.prepare_multimodal_messages(messages, images)`). A text-only chain
+(`schema.is_text_only`) gets no placeholder, and its templates are rendered with `text_only` set, so they ask about
+the text alone (the variable is only passed when set: a user template without it still renders).
 
 Step indices passed to these functions are 0-based (as in `chain["steps"]`); prompts show 1-based numbers.
 """
@@ -51,6 +53,12 @@ CRITIQUE_FORMAT_EXAMPLE = critique.format_critique({
 CRITIQUE_NOTES_FORMAT_EXAMPLE = critique.format_critique({
     "steps": [{"step": 1, "shows": "What the image shows about step 1.", "correct": True},
               {"step": 2, "shows": "What the image shows about step 2.", "correct": False,
+               "explanation": "What is wrong with step 2."}],
+    "answer_correct": False,
+})
+CRITIQUE_NOTES_TEXT_FORMAT_EXAMPLE = critique.format_critique({
+    "steps": [{"step": 1, "shows": "Step 1 as it should read.", "correct": True},
+              {"step": 2, "shows": "Step 2 as it should read.", "correct": False,
                "explanation": "What is wrong with step 2."}],
     "answer_correct": False,
 })
@@ -144,6 +152,11 @@ def _shown(chain: dict, text: str) -> dict:
     return user_with_image(text, len(schema.chain_images(chain)))
 
 
+def _text_only(*chains: dict) -> dict:
+    """The template variable of text-only chains, `{}` otherwise (so templates without it render unchanged)."""
+    return {"text_only": True} if all(schema.is_text_only(c) for c in chains) else {}
+
+
 def user_turn(text: str) -> dict:
     return {"role": "user", "content": [_text(text)]}
 
@@ -165,9 +178,13 @@ def critique_messages(chain: dict, template: str | PromptTemplate | None = None,
     """The user turn asking for a full step-by-step critique in the JSON format of `critique.py` (with `notes`:
     what the image shows about each step, before its verdict)."""
     variables = {"notes": True} if notes else {}  # only when set, so user templates without the variable still work
+    variables.update(_text_only(chain))
+    example = CRITIQUE_FORMAT_EXAMPLE
+    if notes:
+        example = CRITIQUE_NOTES_TEXT_FORMAT_EXAMPLE if schema.is_text_only(chain) else CRITIQUE_NOTES_FORMAT_EXAMPLE
     text = _resolve(template, "critique").render(
         question=chain["question"], steps=_step_texts(chain), final_answer=chain.get("final_answer") or "",
-        format_example=CRITIQUE_NOTES_FORMAT_EXAMPLE if notes else CRITIQUE_FORMAT_EXAMPLE, **variables)
+        format_example=example, **variables)
     return [_shown(chain, text)]
 
 
@@ -198,7 +215,7 @@ def verifier_messages(task: str, chain: dict, step_index: int | None,
     labels = _check_task(task)
     steps = _step_texts(chain)
     variables = dict(task=task, labels=labels, question=chain["question"], steps=steps,
-                     final_answer=chain.get("final_answer") or "")
+                     final_answer=chain.get("final_answer") or "", **_text_only(chain))
     if task not in CHAIN_LEVEL_TASKS:
         _check_step_index(chain, step_index)
         variables.update(step_number=step_index + 1, step=steps[step_index], previous=steps[:step_index])
@@ -252,7 +269,7 @@ def _prm_conversation(chain: dict, judgements: list[str], template, notes: bool 
     messages = []
     for number, (step, judgement) in enumerate(zip(steps, judgements), 1):
         text = tpl.render(question=chain["question"], step_number=number, step=step, n_steps=len(steps),
-                          positive=PRM_POSITIVE, negative=PRM_NEGATIVE, notes=notes)
+                          positive=PRM_POSITIVE, negative=PRM_NEGATIVE, notes=notes, **_text_only(chain))
         messages.append(_shown(chain, text) if number == 1 else user_turn(text))
         messages.append(assistant_turn(judgement))
     return messages
@@ -305,7 +322,7 @@ def chain_completion_text(chain: dict) -> str:
 
 def outcome_messages(chain: dict, template: str | PromptTemplate | None = None) -> tuple[list[dict], list[dict]]:
     """(prompt, completion) for chain-level reward modelling: image + question, then the whole chain."""
-    prompt = [_shown(chain, _resolve(template, "outcome").render(question=chain["question"]))]
+    prompt = [_shown(chain, _resolve(template, "outcome").render(question=chain["question"], **_text_only(chain)))]
     return prompt, [assistant_turn(chain_completion_text(chain))]
 
 
@@ -314,7 +331,7 @@ def outcome_messages(chain: dict, template: str | PromptTemplate | None = None) 
 def score_messages(chain: dict) -> list[dict]:
     """The user turn asking for one 0-10 rating of the whole chain (read back by `critique.parse_score`)."""
     text = load_template("score").render(question=chain["question"], steps=_step_texts(chain),
-                                         final_answer=chain.get("final_answer") or "")
+                                         final_answer=chain.get("final_answer") or "", **_text_only(chain))
     return [_shown(chain, text)]
 
 
@@ -324,7 +341,8 @@ def step_score_messages(chain: dict, step_index: int) -> list[dict]:
     _check_step_index(chain, step_index)
     texts = _step_texts(chain)
     text = load_template("step_score").render(question=chain["question"], previous=texts[:step_index],
-                                              step=texts[step_index], step_number=step_index + 1)
+                                              step=texts[step_index], step_number=step_index + 1,
+                                              **_text_only(chain))
     return [_shown(chain, text)]
 
 
@@ -334,7 +352,8 @@ def step_check_messages(chain: dict, step_index: int) -> list[dict]:
     _check_step_index(chain, step_index)
     texts = _step_texts(chain)
     text = load_template("step_check").render(question=chain["question"], previous=texts[:step_index],
-                                              step=texts[step_index], step_number=step_index + 1)
+                                              step=texts[step_index], step_number=step_index + 1,
+                                              **_text_only(chain))
     return [_shown(chain, text)]
 
 
@@ -343,7 +362,8 @@ def listwise_messages(chains: list[dict]) -> list[dict]:
     back by `critique.parse_letter`). The chains of a group answer one question about one image."""
     candidates = [{"letter": letter, "steps": _step_texts(c), "final_answer": c.get("final_answer") or ""}
                   for letter, c in zip(string.ascii_uppercase, chains)]
-    text = load_template("listwise").render(question=chains[0]["question"], candidates=candidates)
+    text = load_template("listwise").render(question=chains[0]["question"], candidates=candidates,
+                                            **_text_only(*chains))
     return [_shown(chains[0], text)]
 
 

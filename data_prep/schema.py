@@ -5,7 +5,8 @@ raises `SchemaError` naming the record and the field; `save_chains`/`load_chains
 chains as a self-contained Hugging Face dataset (images embedded as bytes in the `Image` feature).
 A chain shows one image (`image`) or several: the first is `image`, the others `extra_images`, in order, so a
 one-image chain reads and writes as simply as ever and datasets saved before `extra_images` existed still load;
-`chain_images` gives them all.
+`chain_images` gives them all. A chain with no image at all (text-only: `image` null or absent) is valid too, and
+`chain_images` gives it none; every prompt then asks about the text alone (`prompts.py`).
 
 Label vocabularies follow MiCEval (step types, per-aspect labels, error types) and VISCO
 (per-step correctness with reference critiques); a step may also carry a three-way `rating` (neutral steps) and
@@ -118,7 +119,8 @@ def group_id_for(image_key: str, question: str) -> str:
 
 
 def images_key(images: list) -> str:
-    """The image part of a group id: one image's fingerprint (as before several were allowed), or all of theirs."""
+    """The image part of a group id: one image's fingerprint (as before several were allowed), or all of theirs;
+    empty for a text-only chain (its group is its question)."""
     keys = [image_fingerprint(image) for image in images]
     return keys[0] if len(keys) == 1 else "\x01".join(keys)
 
@@ -139,24 +141,36 @@ def image_fingerprint(image: Any) -> str:
 # ----------------------------------------------------------------------------- images
 
 def chain_images(chain: dict) -> list:
-    """Every image a chain shows, in order: `image`, then `extra_images` (absent in datasets saved before it)."""
+    """Every image a chain shows, in order: `image`, then `extra_images` (absent in datasets saved before it);
+    none for a text-only chain."""
+    if chain.get("image") is None:
+        return []
     return [chain["image"], *(chain.get("extra_images") or [])]
 
 
+def is_text_only(chain: dict) -> bool:
+    return chain.get("image") is None
+
+
 def _image_values(record: dict, where: str) -> tuple[list, str]:
-    """The record's image values in order. `image` holds one value or a list; `images` (a list, TRL's spelling)
-    may stand in for it; `extra_images` (how chains are stored) follows `image`."""
+    """The record's image values in order, none for a text-only chain. `image` holds one value or a list; `images`
+    (a list, TRL's spelling, empty for a text-only row) may stand in for it; `extra_images` (how chains are stored)
+    follows `image`."""
     if record.get("images") is not None:
         if record.get("image") is not None or record.get("extra_images"):
             raise SchemaError("give the images once: 'image' (one or a list) or 'images', not both", where, "images")
         values, field = record["images"], "images"
-    else:
-        first, field = record.get("image"), "image"
-        values = list(first) if isinstance(first, (list, tuple)) else [first]
-        values += list(record.get("extra_images") or [])
-    if not isinstance(values, (list, tuple)) or not values:
-        raise SchemaError("expected a non-empty list of images", where, field)
-    return list(values), field
+        if not isinstance(values, (list, tuple)):
+            raise SchemaError(f"expected a list of images, got {type(values).__name__}", where, field)
+        return list(values), field
+    first, field = record.get("image"), "image"
+    extra = record.get("extra_images") or []
+    if first is None and extra:
+        raise SchemaError("extra images without a first one ('image' is null)", where, "image")
+    if first is None:
+        return [], field  # text-only
+    values = list(first) if isinstance(first, (list, tuple)) else [first]
+    return values + list(extra), field
 
 
 def load_image_bytes(value: Any, image_root: str | None = None, where: str | None = None,
@@ -311,7 +325,7 @@ def validate_chain(record: Any, where: str = "record", image_root: str | None = 
     images = [load_image_bytes(value, image_root, where, field if len(values) == 1 else f"{field}[{i}]")
               for i, value in enumerate(values)]
     out = {name: record.get(name) for name in CHAIN_FIELDS}
-    out["image"], out["extra_images"] = images[0], images[1:]
+    out["image"], out["extra_images"] = (images[0], images[1:]) if images else (None, [])
     out["steps"] = [validate_step(s, i, where, soft_threshold) for i, s in enumerate(steps)]
     for name in ("source", "reference_answer", "final_answer", "generator", "category"):
         if out[name] is not None and not isinstance(out[name], str):

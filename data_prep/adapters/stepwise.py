@@ -1,7 +1,8 @@
 """Process-supervision rows `{prompt, completions: [step...], labels: [bool...]}` plus an image column.
 
 This is the stepwise-supervision layout TRL's PRM datasets and VisualProcessBench/Math-Shepherd-style
-data use. The image column may be `image` or `images` (first image used): a path, base64 or bytes.
+data use. The image column may be `image` or `images` (first image used): a path, base64 or bytes; a row with
+neither, or an empty `images` (TRL's text-only PRM sets such as Math-Shepherd), is a text-only chain.
 """
 
 from __future__ import annotations
