@@ -8,6 +8,12 @@ one-image chain reads and writes as simply as ever and datasets saved before `ex
 `chain_images` gives them all. A chain with no image at all (text-only: `image` null or absent) is valid too, and
 `chain_images` gives it none; every prompt then asks about the text alone (`prompts.py`).
 
+Pairwise preference items (a reward-model benchmark's prompt with two or more responses and the human preference)
+are chains too, one per response, grouped by `group_id`: `preference_rank` holds the human preference (1 best, equal
+ranks a tie, compared within a group only), `subset` a second breakdown beside `category`, and `set_id` ties groups
+that are scored together (MM-RLHF-RewardBench's ACC+). Datasets saved before these fields still load: their rows
+lack the columns, and validation gives the fields null.
+
 Label vocabularies follow MiCEval (step types, per-aspect labels, error types) and VISCO
 (per-step correctness with reference critiques); a step may also carry a three-way `rating` (neutral steps) and
 a `soft_label` score, see `labels.py`, and an incorrect step its `correction` (the step rewritten to be right).
@@ -51,6 +57,7 @@ STEP_FIELDS = (
 CHAIN_FIELDS = (
     "chain_id", "group_id", "source", "image", "extra_images", "question", "reference_answer", "final_answer",
     "answer_correct", "chain_correct", "generator", "category", "steps", "meta",
+    "preference_rank", "subset", "set_id",
 )
 
 
@@ -246,6 +253,13 @@ def _soft_label(value: Any, where: str, field: str) -> float | None:
     return float(value)
 
 
+def _preference_rank(value: Any, where: str) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise SchemaError(f"preference_rank must be a whole number from 1 (best) or null, got {value!r}", where,
+                      "preference_rank")
+
+
 def validate_step(step: Any, index: int, where: str, soft_threshold: float = SOFT_THRESHOLD) -> dict:
     f = lambda name: f"steps[{index}].{name}"  # noqa: E731
     if isinstance(step, str):
@@ -327,12 +341,13 @@ def validate_chain(record: Any, where: str = "record", image_root: str | None = 
     out = {name: record.get(name) for name in CHAIN_FIELDS}
     out["image"], out["extra_images"] = (images[0], images[1:]) if images else (None, [])
     out["steps"] = [validate_step(s, i, where, soft_threshold) for i, s in enumerate(steps)]
-    for name in ("source", "reference_answer", "final_answer", "generator", "category"):
+    for name in ("source", "reference_answer", "final_answer", "generator", "category", "subset", "set_id"):
         if out[name] is not None and not isinstance(out[name], str):
             out[name] = str(out[name])
     out["source"] = out["source"] or "custom"
     for name in ("answer_correct", "chain_correct"):
         out[name] = _opt_bool(out[name], where, name)
+    out["preference_rank"] = _preference_rank(out["preference_rank"], where)
     if out["chain_correct"] is None:
         labels = [s["correct"] for s in out["steps"]]
         out["chain_correct"] = False if False in labels else (None if None in labels else True)
@@ -380,6 +395,7 @@ def features():
         "question": Value("string"), "reference_answer": Value("string"), "final_answer": Value("string"),
         "answer_correct": Value("bool"), "chain_correct": Value("bool"), "generator": Value("string"),
         "category": Value("string"), "steps": List(step), "meta": Value("string"),
+        "preference_rank": Value("int32"), "subset": Value("string"), "set_id": Value("string"),
     })
 
 
