@@ -129,7 +129,9 @@ def main(args: argparse.Namespace) -> int:
         stats = ingest(args.format, args.input, args.out, args.image_root, args.on_error,
                        log=lambda m: print(m, file=sys.stderr), soft_threshold=args.soft_threshold,
                        num_proc=args.num_proc, overwrite=args.overwrite, progress=progress)
-        print(f"ingested {_summary(stats, ('n_records', 'n_chains', 'n_steps', 'n_rejected'))} -> {args.out}")
+        # a pairwise item is one record and a chain per response: then the records kept are not the chains
+        keys = ("n_records", *(("n_kept",) if stats["n_kept"] != stats["n_chains"] else ()), "n_chains")
+        print(f"ingested {_summary(stats, (*keys, 'n_steps', 'n_rejected'))} -> {args.out}")
         if "rejected_file" in stats:
             print(f"note: every rejected record is listed in {args.out}/{stats['rejected_file']}")
         notes = stats["label_notes"]

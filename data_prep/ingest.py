@@ -20,9 +20,9 @@ from stepcritic.data_prep.card import write_ingest_card
 from stepcritic.data_prep.schema import CHAINS_STATS_FILE, SchemaError, validate_chain
 from stepcritic.errors import UserError
 
-# format -> adapter module; each exposes `convert(raw, where, ctx) -> dict` (a chain before validation),
-# `default_image_root(input_path) -> str|None`, and optionally `check(chains, stats)` for source-specific
-# consistency checks recorded in the stats.
+# format -> adapter module; each exposes `convert(raw, where, ctx) -> dict` (a chain before validation, or a list
+# of them: a pairwise item gives one chain per response, kept or rejected together), `default_image_root(input_path)
+# -> str|None`, and optionally `check(chains, stats)` for source-specific consistency checks recorded in the stats.
 FORMATS = {
     "miceval": "stepcritic.data_prep.adapters.miceval",
     "visco": "stepcritic.data_prep.adapters.visco",
@@ -30,6 +30,11 @@ FORMATS = {
     "jsonl": "stepcritic.data_prep.adapters.canonical",
     "visualprocessbench": "stepcritic.data_prep.adapters.visualprocessbench",
     "visualprm": "stepcritic.data_prep.adapters.visualprm",
+    "vl-rewardbench": "stepcritic.data_prep.adapters.vl_rewardbench",
+    "multimodal-rewardbench": "stepcritic.data_prep.adapters.multimodal_rewardbench",
+    "mm-rlhf-rewardbench": "stepcritic.data_prep.adapters.mm_rlhf_rewardbench",
+    "processbench": "stepcritic.data_prep.adapters.processbench",
+    "prmbench": "stepcritic.data_prep.adapters.prmbench",
 }
 
 STEP_ASPECTS = ("type", "correct", "description_correctness", "description_relevance", "logic_correct",
@@ -123,14 +128,26 @@ REJECTED_INLINE = 1000
 REJECTED_FILE = "rejected.jsonl"
 
 
-def _convert(adapter, ctx: dict, soft_threshold: float, where: str, raw) -> dict | SchemaError:
-    """One record to a validated chain, or the SchemaError that rejects it (returned: it may cross processes)."""
+def _convert(adapter, ctx: dict, soft_threshold: float, where: str, raw) -> list[dict] | SchemaError:
+    """One record to its validated chains, or the SchemaError that rejects it (returned: it may cross processes).
+    A record is kept or rejected whole: a pair missing one response is no pair."""
     try:
         if isinstance(raw, SchemaError):
             raise raw
-        return validate_chain(adapter.convert(raw, where, ctx), where, ctx["image_root"], soft_threshold)
+        converted = adapter.convert(raw, where, ctx)
+        records = converted if isinstance(converted, list) else [converted]
+        return [validate_chain(record, where, ctx["image_root"], soft_threshold) for record in records]
     except SchemaError as e:
         return e
+
+
+def _duplicate(chains: list[dict], seen: set[str], where: str) -> SchemaError | None:
+    """The error for a chain id already kept, or given twice by one record; None when every id is new."""
+    ids = [c["chain_id"] for c in chains]
+    for i, chain_id in enumerate(ids):
+        if chain_id in seen or chain_id in ids[:i]:
+            return SchemaError(f"duplicate chain_id {chain_id!r}", where, "chain_id")
+    return None
 
 
 def _worker_init(fmt: str, ctx: dict, soft_threshold: float) -> None:
@@ -218,42 +235,46 @@ def _ingest(fmt: str, adapter, ctx: dict, input_path: str, out_dir: str | None, 
         counts = LabelCounts()
         multi_image: list[str] = []
         n_in = n_rejected = n_steps = n_text_only = 0
+        n_chains = 0
         first_rejected: list[dict] = []
         with open(rejected_path, "w", encoding="utf-8") as rejected_file:
-            for where, chain in _converted(fmt, adapter, read_records(input_path), ctx, soft_threshold, num_proc):
+            for where, chains in _converted(fmt, adapter, read_records(input_path), ctx, soft_threshold, num_proc):
                 n_in += 1
-                if not isinstance(chain, SchemaError) and chain["chain_id"] in seen_ids:
-                    chain = SchemaError(f"duplicate chain_id {chain['chain_id']!r}", where, "chain_id")
-                bad = isinstance(chain, SchemaError)
+                if not isinstance(chains, SchemaError):
+                    chains = _duplicate(chains, seen_ids, where) or chains
+                bad = isinstance(chains, SchemaError)
                 shown.set_postfix_str(f"{n_in - n_rejected - bad} kept, {n_rejected + bad} rejected", refresh=False)
                 shown.update()
-                if isinstance(chain, SchemaError):
+                if isinstance(chains, SchemaError):
                     if on_error == "fail":
-                        raise IngestError(f"{chain} (use --on-error skip to skip bad records)") from None
-                    entry = {"where": chain.where or where, "field": chain.field, "reason": chain.reason}
+                        raise IngestError(f"{chains} (use --on-error skip to skip bad records)") from None
+                    entry = {"where": chains.where or where, "field": chains.field, "reason": chains.reason}
                     rejected_file.write(json.dumps(entry, ensure_ascii=False) + "\n")
                     n_rejected += 1
                     if len(first_rejected) < REJECTED_INLINE:
                         first_rejected.append(entry)
-                    say(shown, log, f"skipped {chain}")
+                    say(shown, log, f"skipped {chains}")
                     continue
-                seen_ids.add(chain["chain_id"])
-                writer.add(chain)
-                n_steps += len(chain["steps"])
-                n_text_only += chain["image"] is None
-                counts.add(chain)
-                chain_notes = labels.label_notes(chain)
-                notes.update(chain_notes)
-                if chain_notes["multi_image_chains"]:
-                    multi_image.append(chain["chain_id"])
+                for chain in chains:
+                    seen_ids.add(chain["chain_id"])
+                    writer.add(chain)
+                    n_chains += 1
+                    n_steps += len(chain["steps"])
+                    n_text_only += chain["image"] is None
+                    counts.add(chain)
+                    chain_notes = labels.label_notes(chain)
+                    notes.update(chain_notes)
+                    if chain_notes["multi_image_chains"]:
+                        multi_image.append(chain["chain_id"])
         dataset = writer.close()
 
-        assert n_in == len(dataset) + n_rejected  # the accounting invariant, never violated silently
+        n_kept = n_in - n_rejected
+        assert len(dataset) == n_chains >= n_kept  # the accounting invariant, never violated silently
         if n_in == 0:
             raise IngestError(f"{input_path}: holds no records (the file is empty)")
         stats = {
             "format": fmt, "input": os.path.abspath(input_path), "image_root": ctx["image_root"],
-            "n_records": n_in, "n_chains": len(dataset), "n_steps": n_steps,
+            "n_records": n_in, "n_kept": n_kept, "n_chains": len(dataset), "n_steps": n_steps,
             "n_rejected": n_rejected, "rejected": first_rejected, "label_counts": counts.result(),
             "label_notes": {k: notes[k] for k in NOTE_KEYS}, "soft_threshold": float(soft_threshold),
             "multi_image_chains": multi_image, "text_only_chains": n_text_only,
