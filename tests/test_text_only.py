@@ -144,3 +144,29 @@ def test_stepwise_rows_without_an_image_are_text_only(tmp_path):
     stats = ingest("stepwise", str(path), str(tmp_path / "out"), on_error="skip", log=lambda _: None)
     assert (stats["n_records"], stats["n_chains"], stats["n_rejected"], stats["text_only_chains"]) == (3, 2, 1, 2)
     assert [(r["where"], r["field"]) for r in stats["rejected"]] == [("prm.jsonl:3", "image")]
+
+
+@pytest.mark.usefixtures("private_tiny_cache")
+@pytest.mark.parametrize("recipe_name, kind", [("prm.yaml", "prm-sft"), ("critique-sft.yaml", "critique-sft"),
+                                               ("reward.yaml", "outcome-rm")])
+def test_the_tiny_critic_trains_a_step_on_text_only_rows(recipe_name, kind, built, tmp_path):
+    """A vision-language critic takes text-only rows: the step runs and its vision tower is never called."""
+    import torch
+    from helpers import RECIPES
+
+    from stepcritic.train.config import parse_recipe
+    from stepcritic.train.run import train
+
+    _, out = built
+    argv = ["--dataset_path", out[kind], "--output_dir", str(tmp_path / "run"), "--report_to", "none",
+            "--max_steps", "1", "--tiny_vision_pretrain_steps", "0", "--tiny_base_pretrain_steps", "0",
+            "--tiny_model_size", "small", "--bf16", "false", "--dataloader_num_workers", "0", "--eval_strategy", "no",
+            "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"]
+    ran = set()
+    hook = torch.nn.modules.module.register_module_forward_hook(lambda module, args, result: ran.add(type(module)))
+    try:
+        metrics = train(parse_recipe(os.path.join(RECIPES, recipe_name), argv))
+    finally:
+        hook.remove()
+    assert metrics["train_loss"] == metrics["train_loss"]  # not NaN
+    assert not [cls for cls in ran if "Vision" in cls.__name__]
