@@ -93,19 +93,28 @@ def subset_values(candidates: list[dict], selectors=SELECTORS) -> dict:
 
 # ----------------------------------------------------------------------------- many subsets at once
 
+def _row(candidate) -> tuple:
+    """A candidate as a tuple: right or not, answer, then its score by each of `SELECTORS`. `keyed_candidates` gives
+    them so (one tuple per chain, kept for the judge's breakdowns); a candidate dict is read into one."""
+    if isinstance(candidate, tuple):
+        return candidate
+    return (candidate["correct"], candidate["answer"], *(candidate["scores"].get(s) for s in SELECTORS))
+
+
 class _Table:
     """Candidates as arrays, one entry per candidate: right or not, answer (a code, -1 for none), and each selector's
     score rounded as `pick_accuracy` rounds it (NaN for none)."""
 
-    def __init__(self, flat: list[dict]):
+    def __init__(self, flat: list):
         import numpy as np
 
-        self.correct = np.array([bool(c["correct"]) for c in flat], dtype=float)
+        rows = [_row(c) for c in flat]
+        self.correct = np.array([bool(r[0]) for r in rows], dtype=float)
         codes: dict = {}
-        self.answer = np.array([-1 if c["answer"] is None else codes.setdefault(c["answer"], len(codes)) for c in flat],
+        self.answer = np.array([-1 if r[1] is None else codes.setdefault(r[1], len(codes)) for r in rows],
                                dtype=np.int64)
-        self.scores = {s: np.array([np.nan if c["scores"].get(s) is None else round(c["scores"][s], 9) for c in flat],
-                                   dtype=float) for s in SELECTORS}
+        self.scores = {s: np.array([np.nan if r[2 + k] is None else round(r[2 + k], 9) for r in rows], dtype=float)
+                       for k, s in enumerate(SELECTORS)}
 
 
 def _rows_values(table: _Table, idx, selectors) -> dict:
@@ -195,11 +204,18 @@ def _cached_values(questions: dict, groups: list[str], n: int | None, max_subset
     whole questions, whose values it then reads instead of drawing and scoring their subsets again."""
     if memo is None or keys is None:
         return _many_question_values(questions, groups, n, max_subsets, seed, selectors)
-    key = lambda g: (g, n, max_subsets, seed, tuple(selectors), keys[g])  # noqa: E731
-    missing = [g for g in groups if key(g) not in memo]
+    # kept per setting and question, with the candidates they were computed from, as tuples of shared floats: at
+    # 100,000 chains, dicts of their own were a tenth of the job's memory
+    kept = memo.setdefault((n, max_subsets, seed, tuple(selectors)), {})
+    missing = [g for g in groups if kept.get(g, (None,))[0] != keys[g]]
     for g, v in zip(missing, _many_question_values(questions, missing, n, max_subsets, seed, selectors)):
-        memo[key(g)] = v
-    return [memo[key(g)] for g in groups]
+        kept[g] = (keys[g], tuple(_shared(memo, v[m]) for m in METHODS))
+    return [dict(zip(METHODS, kept[g][1])) for g in groups]
+
+
+def _shared(memo: dict, value):
+    """One object per distinct value in `memo` (accuracies repeat: 0, 1/2, 1...)."""
+    return memo.setdefault("values", {}).setdefault((type(value), value), value)
 
 
 # ----------------------------------------------------------------------------- subsets and curves
@@ -240,7 +256,8 @@ def _mean(values: list) -> float | None:
 
 def given_selectors(questions: dict[str, list[dict]]) -> tuple[str, ...]:
     """The selectors the judge gives a score for, on at least one candidate: it can pick with those only."""
-    return tuple(s for s in SELECTORS if any(c["scores"].get(s) is not None for cs in questions.values() for c in cs))
+    rows = [_row(c) for cs in questions.values() for c in cs]
+    return tuple(s for k, s in enumerate(SELECTORS) if any(r[2 + k] is not None for r in rows))
 
 
 def full_values(questions: dict[str, list[dict]], memo: dict | None = None, keys: dict | None = None) -> dict:
@@ -298,19 +315,23 @@ def candidate(chain: dict, pred: dict) -> dict:
 
 def candidates(gold: list[dict], preds: list[dict], memo: dict | None = None) -> dict[str, list[dict]]:
     """Per question (group_id) with two or more chains of known answer label: its candidates, by chain_id."""
-    return keyed_candidates(gold, preds, memo)[0]
+    return {g: [{"correct": r[0], "answer": r[1], "scores": dict(zip(SELECTORS, r[2:]))} for r in rows]
+            for g, rows in keyed_candidates(gold, preds, memo)[0].items()}
 
 
 def keyed_candidates(gold: list[dict], preds: list[dict], memo: dict | None = None) -> tuple[dict, dict]:
-    """`candidates`, and per question the ids of its candidate chains; `memo` keeps each chain's candidate for the
-    next call (a breakdown) with the same judge."""
-    made = {} if memo is None else memo.setdefault("candidates", {})
+    """`candidates` as tuples (`_row`), and per question the ids of its candidate chains; `memo` keeps each chain's
+    candidate for the next call (a breakdown) with the same judge."""
+    memo = {} if memo is None else memo
+    made = memo.setdefault("candidates", {})  # chain_id: the candidate as a tuple
     groups: dict[str, list] = defaultdict(list)
     for chain, pred in sorted(zip(gold, preds), key=lambda cp: cp[0]["chain_id"]):
         if chain["answer_correct"] is None:
             continue
         if chain["chain_id"] not in made:
-            made[chain["chain_id"]] = candidate(chain, pred)
+            c = candidate(chain, pred)
+            made[chain["chain_id"]] = (c["correct"], c["answer"],
+                                       *(_shared(memo, c["scores"][s]) for s in SELECTORS))
         groups[chain["group_id"]].append((chain["chain_id"], made[chain["chain_id"]]))
     kept = {g: c for g, c in groups.items() if len(c) >= 2}
     return {g: [c for _, c in cs] for g, cs in kept.items()}, {g: tuple(i for i, _ in cs) for g, cs in kept.items()}

@@ -25,7 +25,7 @@ MIN_DEFINED = 0.5
 
 
 # resamples drawn (and multiplied out) a block at a time, so no step needs more than a block's worth of floats
-BLOCK_CELLS = 4_000_000
+BLOCK_CELLS = 1_000_000
 
 
 class GroupBootstrap:

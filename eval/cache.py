@@ -72,6 +72,17 @@ class JsonlLog:
                 records[record[self.key]] = record
         return records
 
+    def records(self):
+        """Every complete record in the order written (a key may repeat; the last one counts), read a line at a time:
+        reading a large log back holds one record at a time, not the whole file and all its records. A torn last
+        line is skipped (`load` cuts it off)."""
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, "rb") as f:
+            for line in f:
+                if line.endswith(b"\n") and line.strip():
+                    yield json.loads(line)
+
     def append(self, records: list[dict]) -> None:
         """Add records: one write, flushed before returning (safe from a killed process), fsynced when the last
         fsync is `SYNC_SECONDS` old (and at `close`)."""

@@ -18,7 +18,7 @@ from stepcritic.eval.scores import chain_score, output_counts, step_scores
 
 def labels(values) -> np.ndarray:
     """True / False / None (or numbers / None) as 1.0 / 0.0 / NaN."""
-    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+    return np.fromiter((np.nan if v is None else float(v) for v in values), dtype=float)
 
 
 class Gold:

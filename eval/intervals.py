@@ -21,9 +21,11 @@ from stepcritic.eval.scores import choice_records
 from stepcritic.eval.shiftcheck import group_outcomes
 
 
-@lru_cache(maxsize=64)
+# the draws depend only on the questions: every judge gets the same. `results.compute_metrics` goes through the sets
+# of chains one at a time, every judge on each, so one set's draws (35 MB at 35,000 questions) are held at a time.
+@lru_cache(maxsize=1)
 def _draws(groups: tuple) -> GroupBootstrap:
-    return GroupBootstrap(groups)  # the draws depend only on the questions: every judge gets the same
+    return GroupBootstrap(groups)
 
 
 def _undefined(boot: GroupBootstrap) -> np.ndarray:

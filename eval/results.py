@@ -368,17 +368,13 @@ def breakdown_plan(gold: list[dict]) -> dict:
     return plan
 
 
-def _breakdown(data: JudgeData, tasks, field: str, spec: dict) -> dict:
-    out = {}
-    for value in spec["values"]:
-        if field in STEP_FIELDS:
-            part = data.steps(field, value)
-            out[value] = section(part, [t for t in tasks if t in STEP_SLICEABLE], levels=spec["levels"])
-        else:
-            keep = np.flatnonzero(data.cols.values(field)[data.view.chains] == value).tolist()
-            shown = [t for t in tasks if any(m.level in spec["levels"] for m in T.metrics_for([t]))]
-            out[value] = section(data.chains(keep), shown)
-    return out
+def _breakdown_value(data: JudgeData, tasks, field: str, spec: dict, value) -> dict:
+    if field in STEP_FIELDS:
+        part = data.steps(field, value)
+        return section(part, [t for t in tasks if t in STEP_SLICEABLE], levels=spec["levels"])
+    keep = np.flatnonzero(data.cols.values(field)[data.view.chains] == value).tolist()
+    shown = [t for t in tasks if any(m.level in spec["levels"] for m in T.metrics_for([t]))]
+    return section(data.chains(keep), shown)
 
 
 def compute_metrics(gold: list[dict], answers: dict, config: EvalConfig, matcher=None) -> dict:
@@ -401,15 +397,22 @@ def compute_metrics(gold: list[dict], answers: dict, config: EvalConfig, matcher
     options = {"dev": dev, "best_of_n": best_of_n}
     plan = {field: spec for field, spec in breakdown_plan(gold).items()
             if any(m.level in spec["levels"] for m in T.metrics_for(tasks))}
-    judges = {}
     cols = columns.Gold(gold)  # every judge's arrays index the same gold arrays
+    data = {}
     for name, answered in answers.items():
         preds = answered["predictions"]
         matches = explanation_matches(gold, preds, match) if preds else []
-        data = JudgeData(gold, preds, answered["picks"], match, matches, answered.get("verifier"), config.rpts,
-                         answered.get("corrections"), options, cols=cols)
-        judges[name] = {"overall": section(data, tasks),
-                        "breakdowns": {field: _breakdown(data, tasks, field, spec) for field, spec in plan.items()}}
+        data[name] = JudgeData(gold, preds, answered["picks"], match, matches, answered.get("verifier"), config.rpts,
+                               answered.get("corrections"), options, cols=cols)
+    # every judge on one set of chains before the next set: the bootstrap draws of a set are made once, and only
+    # those of one set are held at a time (step breakdowns first: their steps' questions are often all of them, the
+    # overall set's)
+    judges = {name: {"overall": section(d, tasks), "breakdowns": {field: {} for field in plan}}
+              for name, d in data.items()}
+    for field in sorted(plan, key=lambda f: f not in STEP_FIELDS):
+        for value in plan[field]["values"]:
+            for name, d in data.items():
+                judges[name]["breakdowns"][field][value] = _breakdown_value(d, tasks, field, plan[field], value)
     return {"tasks": list(tasks), "matcher": match.name, "n_chains": len(gold),
             "n_steps": sum(len(c["steps"]) for c in gold), "n_questions": len({c["group_id"] for c in gold}),
             "bootstrap": bootstrap_settings(), "breakdowns": plan, "judges": judges,

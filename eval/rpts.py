@@ -21,6 +21,7 @@ steps. The threshold 0.5 is the paper's filter.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import asdict, dataclass
 
 from stepcritic.eval import metrics as M
@@ -77,27 +78,32 @@ class Trees:
 
         if gold is None:  # `take` fills the fields
             return
-        heights, visual, textual, clue, human, focus, has_tree = [], [], [], [], [], [], []
+        nan = float("nan")
+        # filled chain by chain into flat buffers of numbers: a list of a million float objects, made and dropped,
+        # would leave the memory it took behind
+        height, clue, human, focus = array("d"), array("d"), array("d"), array("d")
+        visual, textual, has_tree = bytearray(), bytearray(), bytearray()
         self.source, self.malformed = [], []
         for chain in gold:
             tree = tree_of(chain)
             n = len(chain["steps"])
             h = M.step_heights(tree["premises"]) if tree.get("premises") is not None else None
             has_tree.append(h is not None)
-            heights += h if h is not None else [None] * n
-            focus.append(h[-1] if h else None)
+            height.extend(h if h is not None else [nan] * n)
+            focus.append(h[-1] if h else nan)
             reads = tree.get("reads") if h is not None else None
-            visual += [VISUAL in kinds for kinds in reads] if reads else [False] * n
-            textual += [TEXTUAL in kinds for kinds in reads] if reads else [False] * n
-            clue += tree.get("clue_scores") or [None] * n
-            human += [s["human_score"] for s in chain["steps"]]
+            visual.extend([VISUAL in kinds for kinds in reads] if reads else bytes(n))
+            textual.extend([TEXTUAL in kinds for kinds in reads] if reads else bytes(n))
+            clue.extend([nan if x is None else x for x in tree.get("clue_scores") or [None] * n])
+            human.extend([nan if x["human_score"] is None else x["human_score"] for x in chain["steps"]])
             self.source.append(tree["source"])
             self.malformed.append(tree.get("error") is not None)
-        floats = lambda v: np.array([np.nan if x is None else float(x) for x in v], dtype=float)  # noqa: E731
-        self.height, self.clue, self.human, self.focus = floats(heights), floats(clue), floats(human), floats(focus)
-        self.visual, self.textual = np.array(visual, dtype=bool), np.array(textual, dtype=bool)
-        self.has_tree = np.array(has_tree, dtype=bool)
-        self.answer = floats([c["answer_correct"] for c in gold])
+        self.height, self.clue, self.human, self.focus = (np.frombuffer(a, dtype=float).copy()
+                                                          for a in (height, clue, human, focus))
+        self.visual, self.textual, self.has_tree = (np.frombuffer(bytes(a), dtype=bool).copy()
+                                                    for a in (visual, textual, has_tree))
+        self.answer = np.fromiter((nan if c["answer_correct"] is None else float(c["answer_correct"]) for c in gold),
+                                  dtype=float, count=len(gold))
         self.n_steps = np.array([len(c["steps"]) for c in gold], dtype=np.int64)
         self.chain = np.repeat(np.arange(len(gold), dtype=np.int64), self.n_steps)
 
@@ -106,6 +112,8 @@ class Trees:
         import numpy as np
 
         chains = np.asarray(chains, dtype=np.int64)
+        if len(chains) == len(self.has_tree):  # every chain (positions are ascending and distinct)
+            return self
         out = Trees(None)
         steps = np.isin(self.chain, chains)
         for name in ("height", "clue", "human", "visual", "textual"):

@@ -14,11 +14,13 @@ Its top level imports only the standard library: `stepcritic eval --help` reads 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import sys
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,9 +52,6 @@ def chain_digest(chain: dict) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
-GOLD_STEP_FIELDS = ("type", "correct", "human_score", "explanations", "premises")
-
-
 def step_kinds(chain: dict) -> list:
     """Per step, the kind of claim it makes where the chain's `meta.step_kinds` lists them (the synthetic
     generator's chains: count, colour, position...), else None: a breakdown of step metrics."""
@@ -63,28 +62,62 @@ def step_kinds(chain: dict) -> list:
     return kinds if isinstance(kinds, list) and len(kinds) == len(chain["steps"]) else [None] * len(chain["steps"])
 
 
-def gold_view(dataset) -> list[dict]:
-    """The labels every metric needs, without images: small enough to hold for the whole dataset."""
+def gold_view(dataset, verifier_targets: bool = True) -> list[dict]:
+    """The labels every metric needs, without images: small enough to hold for the whole dataset. Without
+    `verifier_targets` (no verifier task asked) the human labels of the verifier tasks are left out: nine per
+    step, they took more time than all the rest."""
     columns = ["chain_id", "group_id", "source", "generator", "category", "question", "final_answer",
                "reference_answer", "answer_correct", "chain_correct", "steps", "meta"]
     gold = []
-    for chain in dataset.select_columns([c for c in columns if c in dataset.column_names]).to_list():
-        chain_targets, step_targets = verifier.targets(chain)  # the human labels of MiCEval's verifier tasks
+    # one object per distinct value of what repeats (a chain's source, a step's type, score, premises, an empty list
+    # of reference critiques...), not one per chain or step: 100,000 chains hold half a million of each. The gold
+    # chains are only read once built, so steps may share equal lists.
+    shared: dict = {}
+
+    def same(value, field: str = ""):
+        return shared.setdefault((field, tuple(value)) if isinstance(value, list) else (type(value), value), value)
+
+    # read a batch of rows at a time: the whole dataset as Python rows (every step field) is several times the size
+    # of what is kept
+    for chain in (row for batch in dataset.select_columns([c for c in columns if c in dataset.column_names])
+                  .iter(batch_size=1000) for row in batch_rows(batch)):
+        # the human labels of MiCEval's verifier tasks
+        chain_targets, step_targets = verifier.targets(chain) if verifier_targets else (None, [None] * len(
+            chain["steps"]))
         kinds = step_kinds(chain)
         gold.append({
-            "chain_id": chain["chain_id"], "group_id": chain["group_id"], "source": chain["source"],
-            "generator": chain["generator"], "category": chain["category"],
+            "chain_id": chain["chain_id"], "group_id": same(chain["group_id"]), "source": same(chain["source"]),
+            "generator": same(chain["generator"]), "category": same(chain["category"]),
             "answer_correct": chain["answer_correct"], "chain_correct": chain["chain_correct"],
             "digest": chain_digest(chain), "verifier": chain_targets,
             # the texts, for what shows a chain to a model after judging: the corrector, an LLM explanation matcher
-            "question": chain["question"], "final_answer": chain["final_answer"],
-            "reference_answer": chain["reference_answer"],
-            "steps": [dict({k: s[k] for k in GOLD_STEP_FIELDS}, verifier=targets, text=s["text"], kind=kind)
-                      for s, targets, kind in zip(chain["steps"], step_targets, kinds)],
+            "question": same(chain["question"]), "final_answer": same(chain["final_answer"]),
+            "reference_answer": same(chain["reference_answer"]),
+            "steps": [{"type": same(s["type"]), "correct": s["correct"], "human_score": same(s["human_score"]),
+                       "explanations": same(s["explanations"], "explanations"),
+                       "premises": same(s["premises"], "premises"), "verifier": targets, "text": s["text"],
+                       "kind": same(kind)} for s, targets, kind in zip(chain["steps"], step_targets, kinds)],
         })
     if len({g["chain_id"] for g in gold}) != len(gold):
         raise EvalError("chains: chain_id values are not unique; every judgment is keyed by chain_id")
     return gold
+
+
+def step_texts_only(dataset):
+    """The chains as RPTS's trees read them (`rpts_tree.attach`: id, question, final answer and meta, and of each step
+    its text, all that the clue scores and the tree builder's prompt show), the steps holding nothing else. attach
+    reads these rows whole, and with the sixteen fields of every step they were the most memory the job ever held
+    (600 MB at 100,000 chains). Built from the same Arrow buffers, without copying them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from datasets import Dataset
+
+    table = dataset.select_columns(["chain_id", "question", "final_answer", "steps", "meta"]).with_format("arrow")[:]
+    chunks = [type(chunk).from_arrays(pc.subtract(chunk.offsets, chunk.offsets[0]),
+                                      pa.StructArray.from_arrays([pc.struct_field(chunk.flatten(), "text")], ["text"]))
+              for chunk in table.column("steps").chunks]
+    steps = pa.chunked_array(chunks) if chunks else pa.chunked_array([], pa.list_(pa.struct([("text", pa.string())])))
+    return Dataset(table.set_column(table.schema.get_field_index("steps"), "steps", steps))
 
 
 def load_dataset(path: str, decode_images: bool, limit: int | None):
@@ -184,9 +217,12 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
 
 # ----------------------------------------------------------------------------- the job
 
-def prediction_record(cached: dict, judge_name: str, fingerprint: str) -> dict:
+def prediction_record(cached: dict, judge_name: str, fingerprint: str, chain_id: str | None = None) -> dict:
+    """A cached judgment as predictions.jsonl holds it; `chain_id`, the gold chain's own id (the same string),
+    spares a copy of it per chain."""
     critique = Critique.from_json(cached)
-    return {"chain_id": critique.chain_id, "judge": judge_name, "fingerprint": fingerprint,
+    return {"chain_id": critique.chain_id if chain_id is None else chain_id, "judge": judge_name,
+            "fingerprint": fingerprint,
             "verdicts": critique.verdicts, "p_incorrect": critique.p_incorrect,
             "explanations": critique.explanations, "answer_correct": critique.answer_correct,
             "chain_score": critique.chain_score, "valid": critique.valid, "error": critique.error,
@@ -229,17 +265,37 @@ def read_back(folder: str, name: str, fingerprint: str, gold: list[dict], questi
     """A judge's results from its cache folder: {"fingerprint", "predictions" (one per gold chain, in order),
     "picks" (one per question), "verifier" (`verifier.read`)}; None when the cache lacks a current judgment of
     some chain or question."""
-    critiques = JsonlLog(os.path.join(folder, "critiques.jsonl"), "chain_id").load() if wants_critiques else {}
-    picks = JsonlLog(os.path.join(folder, "picks.jsonl"), "question_id").load() if questions else {}
+    # each chain's latest judgment as its prediction (None: not a current judgment), made as the log is read, so
+    # that only one cached record is held at a time
+    latest: dict = {}
+    if wants_critiques:
+        by_id = {g["chain_id"]: g for g in gold}
+        for record in JsonlLog(os.path.join(folder, "critiques.jsonl"), "chain_id").records():
+            g = by_id.get(record["chain_id"])
+            if g is not None:
+                latest[g["chain_id"]] = (prediction_record(record, name, fingerprint, g["chain_id"])
+                                         if is_current(record, g) else None)
+    picks: dict = {}
+    if questions:
+        by_qid = {q["question_id"]: q for q in questions}
+        for record in JsonlLog(os.path.join(folder, "picks.jsonl"), "question_id").records():
+            q = by_qid.get(record["question_id"])
+            if q is not None:
+                picks[q["question_id"]] = _sharing(record, q)
     answers = verifier.read(folder, gold) if wants_verifier else None
-    if ((wants_critiques and not all(is_current(critiques.get(g["chain_id"]), g) for g in gold))
+    if ((wants_critiques and not all(latest.get(g["chain_id"]) is not None for g in gold))
             or any(picks.get(q["question_id"], {}).get("options") != q["options"] for q in questions)
             or (wants_verifier and answers is None)):
         return None
     return {"fingerprint": fingerprint,
-            "predictions": [prediction_record(critiques[g["chain_id"]], name, fingerprint) for g in gold]
-            if wants_critiques else [],
+            "predictions": [latest[g["chain_id"]] for g in gold] if wants_critiques else [],
             "picks": [picks[q["question_id"]] for q in questions], "verifier": answers}
+
+
+def _sharing(record: dict, like: dict) -> dict:
+    """`record` with the values it has equal to `like`'s taken from `like`: a cached ShiftCheck answer repeats its
+    question (options, ids), and read back it would hold a second copy of every one of those strings and lists."""
+    return {k: like[k] if k in like and like[k] == v else v for k, v in record.items()}
 
 
 def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions: list[dict],
@@ -308,8 +364,8 @@ def make_plan(config: EvalConfig) -> Plan:
     if len(plain) == 0:
         raise EvalError(f"chains: {config.chains} holds no chains")
     decoded = load_dataset(config.chains, True, config.limit) if any(j.needs_images for j in judges) else None
-    gold = gold_view(plain)
     needs = {registry.TASKS[t].needs for t in tasks}
+    gold = gold_view(plain, verifier_targets="verifier" in needs)
     questions = shifted_questions(shiftcheck_questions(gold)) if "picks" in needs else []
     if corrector is not None and "correction" not in tasks:
         raise EvalError("a corrector only serves the correction task: add --tasks correction")
@@ -349,8 +405,8 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers:
     rpts_block = None
     if "rpts" in config.tasks:  # every chain's tree, before any judge that scores by it (`--rpts-scorer`) is run
         rpts = config.rpts or Settings()
-        rpts_block = {"settings": rpts.as_json(), **attach(gold, plan.plain, out_dir, judges, config.tree_builder,
-                                                            rpts.clues, progress)}
+        rpts_block = {"settings": rpts.as_json(), **attach(gold, step_texts_only(plan.plain), out_dir, judges,
+                                                            config.tree_builder, rpts.clues, progress)}
     elif config.tree_builder is not None or any(hasattr(j, "bind_trees") for j in judges):
         raise EvalError("a tree builder or an RPTS scorer only serves RPTS: add --tasks rpts")
     runs = {judge.name: run_judge(judge, plan.decoded if judge.needs_images else plan.plain, gold, questions, out_dir,
@@ -415,12 +471,32 @@ def score(config: EvalConfig, plan: Plan, answers: Answers) -> dict:
     return metrics
 
 
+@contextmanager
+def _long_lived_data():
+    """Python's cycle collector walks every tracked object on its full collections, which come each time the objects
+    alive have grown by a quarter: a job building a million dicts (the gold chains, the judgments) then spent more
+    time in the collector than in its own work (twice as long in all at 100,000 chains). Within the job, collections
+    come after 100,000 new objects instead of 700, and what a stage hands on (the gold chains, the answers) is frozen,
+    out of the collector's walks, until the job ends; freed objects are freed as ever, by their reference counts."""
+    threshold = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
 def _evaluate(config: EvalConfig) -> dict:
-    plan = make_plan(config)
-    answers = ask_judges(config, plan)
-    write_jsonl_atomic(os.path.join(config.out_dir, "predictions.jsonl"),
-                       (p for run in answers.runs.values() for p in run["predictions"]))
-    metrics = score(config, plan, answers)
+    with _long_lived_data():
+        plan = make_plan(config)
+        gc.freeze()
+        answers = ask_judges(config, plan)
+        plan.plain = None  # read by no later stage: its memory-mapped pages need not stay in memory
+        gc.freeze()
+        write_jsonl_atomic(os.path.join(config.out_dir, "predictions.jsonl"),
+                           (p for run in answers.runs.values() for p in run["predictions"]))
+        metrics = score(config, plan, answers)
     report.write_report(metrics, config.out_dir)
     for name in [j.name for j in config.judges] + answers.earlier:
         config.log(report.summary_line(name, metrics["judges"][name]))
