@@ -12,7 +12,7 @@ import os
 
 from stepcritic.data_prep.contract import TRAIN, DataContractError, missing_columns
 from stepcritic.errors import UserError
-from stepcritic.train import archs
+from stepcritic.train import archs, modality
 
 logger = logging.getLogger("stepcritic.train")
 
@@ -85,6 +85,8 @@ def prepare_model(recipe, model, task_type: str | None = "CAUSAL_LM"):
     from peft import get_peft_model, prepare_model_for_kbit_training
 
     config = lora_config(recipe, task_type)
+    if config is not None and not modality.config_reads_images(model.config):
+        config.exclude_modules = None  # a text model has no vision side to keep the adapter off
     if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
         if config is None and not is_peft(model):
             raise ValueError("a 4/8-bit base model can only be trained through LoRA: set use_peft: true")
@@ -161,7 +163,8 @@ def split_problems(recipe, data) -> list[str]:
 
 
 def load_splits(recipe):
-    """(train, eval or None) from `dataset_path`, cut to `max_train_samples` / `max_eval_samples`.
+    """(train, eval or None) from `dataset_path`, cut to `max_train_samples` / `max_eval_samples`; for a text-only
+    model, as text rows (`modality.text_rows`: no `images` column, message content as strings).
 
     Raises DataContractError (one line) when the splits or columns do not match the recipe.
     """
@@ -179,12 +182,24 @@ def load_splits(recipe):
     for name, split in ((TRAIN, train), (args.eval_split, evaluation)):
         if split is not None:
             check_images_for_zero3(split, f"{args.dataset_path} [{name}]")
-    if args.max_image_size:
+    if modality.recipe_reads_text_only(recipe):
+        model = model_name(recipe)
+        train = modality.text_rows(train, f"{args.dataset_path} [{TRAIN}]", model)
+        evaluation = modality.text_rows(evaluation, f"{args.dataset_path} [{args.eval_split}]", model)
+    elif args.max_image_size:
         train = downscale_images(train, args.max_image_size)
         evaluation = evaluation and downscale_images(evaluation, args.max_image_size)
     logger.info("data %s (%s): %d training rows%s", args.dataset_path, args.dataset_kind, len(train),
                 f", {len(evaluation)} {args.eval_split} rows" if evaluation is not None else "")
     return train, evaluation
+
+
+def model_name(recipe) -> str:
+    """The recipe's model as messages name it."""
+    args = recipe.script_args
+    if args.tiny_model:
+        return f"the tiny {args.tiny_model_arch} critic (tiny_model_arch: {args.tiny_model_arch})"
+    return repr(recipe.model_args.model_name_or_path)
 
 
 def zero3_enabled() -> bool:

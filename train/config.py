@@ -92,7 +92,9 @@ class StepCriticArgs:
         metadata={"help": "Train the offline tiny critic (stepcritic.train.tiny) instead of model_name_or_path."},
     )
     tiny_model_arch: str = field(
-        default="llava", metadata={"help": "Architecture of the tiny critic.", "choices": ("llava", "idefics3")}
+        default="llava",
+        metadata={"help": "Architecture of the tiny critic: a VLM (llava, idefics3) or its language model alone "
+                          "(text: a Qwen2 causal LM for text-only chains).", "choices": ("llava", "idefics3", "text")}
     )
     tiny_vision_pretrain_steps: int = field(
         default=0,
@@ -141,6 +143,9 @@ class StepCriticArgs:
             raise ValueError("tiny_vision_pretrain_steps and tiny_base_pretrain_steps build a base on the spot; with "
                              "tiny_pretrained_base: true the shipped base is used instead: set them to 0 or "
                              "tiny_pretrained_base: false")
+        if self.tiny_model_arch == "text" and (self.tiny_vision_pretrain_steps or self.tiny_base_pretrain_steps):
+            raise ValueError("tiny_model_arch text has no vision tower and no scene pre-training: set "
+                             "tiny_vision_pretrain_steps and tiny_base_pretrain_steps to 0")
         allowed = DATASET_KINDS[self.method]
         if self.dataset_kind is None:
             self.dataset_kind = allowed[0]

@@ -11,7 +11,7 @@ folder). The reference model then comes from TRL (1.16):
 
 from __future__ import annotations
 
-from stepcritic.train import common
+from stepcritic.train import common, modality
 
 
 def build_trainer(recipe, model, processor, train_data, eval_data):
@@ -23,4 +23,4 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
         ref_model, _ = common.load_model(recipe, trainable=False)
         ref_model.requires_grad_(False)
     return DPOTrainer(model=model, ref_model=ref_model, args=recipe.training_args, train_dataset=train_data,
-                      eval_dataset=eval_data, processing_class=processor)
+                      eval_dataset=eval_data, processing_class=modality.trainer_processing_class(processor))

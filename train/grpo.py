@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from stepcritic.data_prep import contract, critique, prompts
-from stepcritic.train import common
+from stepcritic.train import common, modality
 
 UNPARSEABLE_REWARD = -1.0
 
@@ -70,6 +70,11 @@ def verifier_prompt_row(row: dict) -> dict:
     return {"prompt": row["messages"][:-1]}
 
 
+def parts(content) -> list[dict]:
+    """Message content as parts (a text model's rows hold plain strings, which carry no image)."""
+    return content if isinstance(content, list) else []
+
+
 def turn_prompts(messages: list[dict]) -> list[list[dict]]:
     """The prompt of each assistant turn of a conversation: the user message right before it, alone.
 
@@ -79,12 +84,12 @@ def turn_prompts(messages: list[dict]) -> list[list[dict]]:
     user turn; every later prompt gets those image parts back at the start, so each prompt is the single-turn
     ("rows" layout) prompt of its question and holds a placeholder for every image of the row.
     """
-    images = [part for part in messages[0]["content"] if part["type"] == "image"]
+    images = [part for part in parts(messages[0]["content"]) if part["type"] == "image"]
     out = []
     for before, message in zip(messages, messages[1:]):
         if message["role"] == "assistant" and before["role"] == "user":
             content = before["content"]
-            if not any(part["type"] == "image" for part in content):
+            if images and not any(part["type"] == "image" for part in parts(content)):
                 content = [*images, *content]
             out.append([{**before, "content": content}])
     return out
@@ -143,4 +148,4 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     tokenizer.padding_side = "left"
     return GRPOTrainer(model=model, reward_funcs=[reward], args=recipe.training_args,
                        train_dataset=as_prompts(train_data, kind), eval_dataset=as_prompts(eval_data, kind),
-                       processing_class=processor)
+                       processing_class=modality.trainer_processing_class(processor))

@@ -2,7 +2,9 @@
 
 Training (`common.load_model`, which adds the recipe's dtype, attention and quantisation), the scorers and the
 judges all load through `load_critic`, so the rule for where the processor comes from is written once: from the
-folder itself when the trainer saved one there, else from the adapter's base model.
+folder itself when the trainer saved one there, else from the adapter's base model. A model whose config has no
+vision side loads as a causal LM, its tokenizer in a `modality.TextProcessor`, so the callers never ask which
+kind they hold.
 """
 
 from __future__ import annotations
@@ -30,14 +32,31 @@ def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, re
                 **init_kwargs):
     """(model, processor) from `path`. An adapter folder comes back as a `PeftModel` (adapter trainable only when
     `trainable`). `dtype` and `init_kwargs` go to `from_pretrained` (a torch dtype, its name, or "auto")."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from stepcritic.train import modality
 
     path = str(path)
     base = adapter_base(path)
-    model = AutoModelForImageTextToText.from_pretrained(base or path, dtype=dtype, revision=revision, **init_kwargs)
+    text_only = modality.reads_text_only(base or path, revision)
+    auto = AutoModelForCausalLM if text_only else AutoModelForImageTextToText
+    model = auto.from_pretrained(base or path, dtype=dtype, revision=revision, **init_kwargs)
     if base is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, path, is_trainable=trainable)
-    processor = AutoProcessor.from_pretrained(path if base is None or has_processor(path) else base, revision=revision)
-    return model, processor
+    source = path if base is None or has_processor(path) else base
+    return model, load_processor(source, revision, text_only)
+
+
+def load_processor(source: str, revision: str | None = None, text_only: bool | None = None):
+    """A VLM's processor, or a text model's tokenizer in a `TextProcessor`; `text_only` None: read the config."""
+    from transformers import AutoProcessor, AutoTokenizer
+
+    from stepcritic.train import modality
+
+    if text_only is None:
+        text_only = modality.reads_text_only(source, revision)
+    if text_only:
+        return modality.TextProcessor(AutoTokenizer.from_pretrained(source, revision=revision), name=source)
+    return AutoProcessor.from_pretrained(source, revision=revision)

@@ -3,6 +3,11 @@
 `check_dataset_kind` is what every training run does first, so a PRM recipe pointed at critique data, or a
 mistyped `dataset_path`, stops in a second with one line instead of after the model is built.
 
+`check_modality` matches the model's inputs against the data's: a text-only model (no vision side in its config)
+refuses a dataset with images, and any model refuses rows whose messages show another number of images than they
+carry, in one line naming the dataset and the model, before the weights load. A vision-language model on text-only
+rows is fine: it trains on the text, its vision tower unused.
+
 `check_output_dir` says what a run will do with its `output_dir` (start, resume a checkpoint, start over) and
 refuses a folder whose finished model or other files the run would write over, unless told to.
 
@@ -24,7 +29,7 @@ import sys
 from stepcritic.data_prep import contract
 from stepcritic.data_prep.contract import TRAIN, DataContractError
 from stepcritic.errors import UserError
-from stepcritic.train import common, loading
+from stepcritic.train import common, loading, modality
 from stepcritic.train.common import ModelNotFound
 from stepcritic.train.config import DATASET_KINDS
 
@@ -71,6 +76,42 @@ def check_model_path(recipe) -> None:
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path)
     if looks_local and not os.path.isdir(os.path.expanduser(path)):
         raise ModelNotFound(f"model_name_or_path {path!r}: no such folder")
+
+
+def check_modality(recipe) -> bool | None:
+    """Whether the recipe's model reads text only (None: its config cannot be read here, e.g. a Hub name offline).
+
+    Raises `modality.ModalityMismatch` (one line: the dataset, the split, the first row, the model) for a
+    text-only model on a dataset with images, and for sampled rows whose image parts and images disagree. The
+    build's `text_only_chains` answers the first check without reading the rows when every chain is text only.
+    """
+    from datasets import load_from_disk
+
+    args = recipe.script_args
+    text_only = modality.recipe_reads_text_only(recipe)
+    stats = common.dataset_summary(args.dataset_path)
+    all_text = stats.get("chains_in") is not None and stats.get("text_only_chains") == stats["chains_in"]
+    try:
+        data = load_from_disk(args.dataset_path)
+    except Exception:  # not a dataset: check_dataset_kind or the data loading says so in their own words
+        return text_only
+    model = common.model_name(recipe)
+    for name in (TRAIN, args.eval_split):
+        if not name or name not in data:
+            continue
+        where = f"dataset_path {args.dataset_path!r} [{name}]"
+        pictured = [] if all_text or not text_only else modality.rows_with_images(data[name])
+        if pictured:
+            built = (f"; {contract.STATS_FILE}: {stats['chains_in'] - stats.get('text_only_chains', 0)} of "
+                     f"{stats['chains_in']} chains have an image" if stats.get("chains_in") else "")
+            raise modality.ModalityMismatch(
+                f"{where} holds {len(pictured)} rows with images (first: row {pictured[0]}{built}), but the model "
+                f"{model} reads text only: train a vision-language model on it, or build the dataset from text-only "
+                "chains")
+        problem = modality.image_count_problem(data[name], where, sample_indices(len(data[name])))
+        if problem:
+            raise modality.ModalityMismatch(problem)
+    return text_only
 
 
 # ----------------------------------------------------------------------------- output folder
@@ -291,7 +332,6 @@ def tiny_processor(recipe):
 
 def load_processor(recipe):
     """(processor, None) or (None, why it is not available here). Never loads model weights."""
-    from transformers import AutoProcessor
     from transformers.utils import logging as hf_logging
 
     if recipe.script_args.tiny_model:
@@ -303,7 +343,7 @@ def load_processor(recipe):
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # loading notes (deprecations) are not what a dry run reports
     try:
-        return AutoProcessor.from_pretrained(source, revision=recipe.model_args.model_revision), None
+        return loading.load_processor(source, revision=recipe.model_args.model_revision), None
     except Exception as err:  # offline Hub, a missing optional dependency, a typo: all end the same way
         if not os.path.isdir(source) and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
             why = f"the processor of {source!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"
@@ -372,9 +412,11 @@ def dry_run(recipe, out=None, err=None) -> int:
              if args.tiny_model else recipe.model_args.model_name_or_path)
     where = "whole model" if args.lora_on_vision else "language model"
     adapter = f"LoRA r={recipe.model_args.lora_r} on the {where}" if recipe.model_args.use_peft else "full fine-tuning"
-    tower = "frozen" if args.freeze_vision_tower else "trained"
+    text_only = modality.recipe_reads_text_only(recipe)
+    tower = ("text only, no vision tower" if text_only else
+             f"vision tower {'frozen' if args.freeze_vision_tower else 'trained'}")
     lines = [("method", f"{recipe.method} ({type(targs).__name__})"),
-             ("model", f"{model}; {adapter}; vision tower {tower}"),
+             ("model", f"{model}; {adapter}; {tower}"),
              *(("adjusted", note) for note in recipe.adjustments)]
     description, processes, problems = launcher()
     train_rows = _check_data(recipe, lines, problems)
@@ -421,6 +463,10 @@ def _check_data(recipe, lines: list, problems: list) -> int:
                         f"{str(error).splitlines()[0][:200]})")
         return 0
 
+    try:
+        check_modality(recipe)
+    except modality.ModalityMismatch as error:
+        problems.append(str(error))
     limits = {TRAIN: args.max_train_samples, args.eval_split: args.max_eval_samples}
     rows = {name: min(len(data[name]), limits.get(name) or len(data[name])) for name in data}
     rows_text = ", ".join(f"{name} {n:,}" for name, n in rows.items())

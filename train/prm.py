@@ -9,8 +9,8 @@ Rows with `step_targets` may leave a step out of the loss or train it towards a 
 from __future__ import annotations
 
 from stepcritic.data_prep import prompts
-from stepcritic.train import common, packing, prm_targets, sft
-from stepcritic.train.scoring import single_token_id
+from stepcritic.train import common, modality, packing, prm_targets, sft
+from stepcritic.train.scoring import judgement_mask, single_token_id
 
 
 class HiddenJudgementCollator:
@@ -39,24 +39,6 @@ class HiddenJudgementCollator:
         if any(example.get("step_targets") is not None for example in examples):
             prm_targets.apply_step_targets(batch, judged, [example.get("step_targets") for example in examples])
         return batch
-
-
-def judgement_mask(labels, positive_id: int, negative_id: int):
-    """The judgement tokens: in each assistant turn (a run of trained labels), the last `+`/`-`. A turn is
-    that one token, or a note and then it (`prompts.prm_turn`), and a note may use the same symbols."""
-    import torch
-
-    verdict = (labels == positive_id) | (labels == negative_id)
-    mask = torch.zeros_like(verdict)
-    for row, (trained, candidates) in enumerate(zip((labels != -100).tolist(), verdict.tolist())):
-        last = None
-        for position, (in_turn, candidate) in enumerate(zip(trained + [False], candidates + [False])):
-            if not in_turn and last is not None:  # the turn ended: its last candidate is the judgement
-                mask[row, last] = True
-                last = None
-            elif in_turn and candidate:
-                last = position
-    return mask
 
 
 def writes_notes(rows) -> bool:
@@ -90,7 +72,8 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
 
     def make_trainer():
         trainer = prm_targets.trainer_class()(model=model, args=recipe.training_args, train_dataset=train_data,
-                                              eval_dataset=eval_data, processing_class=processor)
+                                              eval_dataset=eval_data,
+                                              processing_class=modality.trainer_processing_class(processor))
         trainer.judgement_ids = (single_token_id(tokenizer, prompts.PRM_POSITIVE),
                                  single_token_id(tokenizer, prompts.PRM_NEGATIVE))
         trainer.data_collator = HiddenJudgementCollator(trainer.data_collator, *trainer.judgement_ids)

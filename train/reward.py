@@ -1,10 +1,11 @@
-"""`method: reward`: an outcome reward model on a VLM, trained on `outcome-rm` pairs with a Bradley-Terry loss.
+"""`method: reward`: an outcome reward model on a VLM or a text model, trained on `outcome-rm` pairs (Bradley-Terry).
 
 transformers has no sequence-classification class for the VLMs we train (LLaVA, Qwen-VL, Idefics3/SmolVLM)
 and TRL's RewardTrainer drops images, so the model is ours: the VLM's decoder (LM head unused) plus a linear
 value head on the final hidden state of the last real token. Images go through the vision tower like in
-generation. A saved reward model is the backbone (full weights or LoRA adapter) + `value_head.safetensors`
-+ `reward_config.json`, next to the processor.
+generation; a text model (a causal LM, see `modality`) is the same model with no images, one class for both.
+A saved reward model is the backbone (full weights or LoRA adapter) + `value_head.safetensors` +
+`reward_config.json`, next to the processor.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch import nn
 from transformers import Trainer
 
 from stepcritic.data_prep.images import to_rgb
-from stepcritic.train import common
+from stepcritic.train import common, modality
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 CONFIG_FILE = "reward_config.json"
@@ -116,7 +117,7 @@ def pair_conversations(row: dict) -> tuple[list, list]:
     """(chosen, rejected) full conversations of an outcome-rm row, with the row's image filled in."""
     from trl.data_utils import prepare_multimodal_messages
 
-    images = [to_rgb(image) for image in row["images"]]
+    images = [to_rgb(image) for image in row.get("images") or []]
     return tuple(prepare_multimodal_messages(list(row["prompt"]) + list(row[side]), images=images)
                  for side in ("chosen", "rejected"))
 
@@ -213,6 +214,7 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     reward_model = VLMRewardModel(backbone, args.value_head_dropout)
     common.log_trainable(reward_model, "reward model (backbone + value head)")
     return RewardModelTrainer(
-        model=reward_model, args=args, data_collator=PairCollator(processor), processing_class=processor,
+        model=reward_model, args=args, data_collator=PairCollator(processor),
+        processing_class=modality.trainer_processing_class(processor),
         train_dataset=drop_long_pairs(train_data, processor, args.max_length),
         eval_dataset=drop_long_pairs(eval_data, processor, args.max_length))

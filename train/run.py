@@ -1,7 +1,7 @@
 """`train(recipe)`: one training run, whatever the method.
 
-Order of a run: check the data against the recipe (kind, splits, columns: before any weights load, so a wrong
-dataset fails in a second), seed, data, load model + processor, LoRA / freezing, build the method's trainer, train
+Order of a run: check the data against the recipe (kind, splits, columns, and images against what the model
+reads: before any weights load, so a wrong dataset fails in a second), seed, data, load model + processor, LoRA / freezing, build the method's trainer, train
 (resuming from the latest checkpoint in `output_dir` when there is one, or starting over when
 `overwrite_output_dir` says so), save model + processor, model card, optional adapter merge, and one closing line
 in words: where the critic is, after how many steps and how long, its final loss and the command that evaluates
@@ -153,6 +153,7 @@ def train(recipe) -> dict:
     # first: a wrong dataset or model path stops here, before any logging noise
     data_note = preflight.check_dataset_kind(recipe)
     preflight.check_model_path(recipe)
+    preflight.check_modality(recipe)
     _setup_logging(args)
     for note in recipe.adjustments:
         common.logger.info("recipe adjustment: %s", note)

@@ -21,12 +21,17 @@ stay in the context for later steps, as in training.
 the image?" and reads P(yes), the prompted counterpart of a PRM.
 
 `RewardScorer` reads an outcome reward model (`method: reward`): one scalar per whole chain.
+
+Each scorer takes a VLM or a text model (`loading.load_critic` decides from the config). A text model given a chain
+with an image stops with one line naming the chain and the model (`modality.ModalityMismatch`); a VLM given a
+text-only chain scores it from the text, as it was trained on such rows.
 """
 
 from __future__ import annotations
 
 from stepcritic.data_prep import prompts
 from stepcritic.data_prep.images import rgb_images
+from stepcritic.data_prep.schema import chain_images
 from stepcritic.train import fast_masks
 
 
@@ -46,12 +51,46 @@ def training_chat_template(processor) -> str | None:
     return get_training_chat_template(processor)
 
 
-def judgement_positions(assistant_mask):
-    """For each row, the positions whose logits predict the first token of an assistant turn."""
+def check_modality(processor, chains: list[dict]) -> None:
+    """Refuse chains with an image when the model reads text only (one line: the chain and the model)."""
+    from stepcritic.train.modality import ModalityMismatch, TextProcessor
+
+    if not isinstance(processor, TextProcessor):
+        return
+    for chain in chains:
+        if chain_images(chain):
+            raise ModalityMismatch(f"chain {chain.get('chain_id')!r} has an image, but the model {processor.name} "
+                                   "reads text only; judge text-only chains with it, or use a vision-language model")
+
+
+def judgement_mask(labels, positive_id: int, negative_id: int):
+    """The judgement tokens: in each assistant turn (a run of trained labels), the last `+`/`-`. A turn is
+    that one token, or a note and then it (`prompts.prm_turn`), and a note may use the same symbols; a chat
+    template may also write its own tokens around it (Qwen2.5 a newline first, Qwen3 an empty think block)."""
     import torch
 
-    starts = assistant_mask[:, 1:].bool() & ~assistant_mask[:, :-1].bool()  # turn begins at j+1 -> read j
-    return [torch.nonzero(row).flatten() for row in starts]
+    verdict = (labels == positive_id) | (labels == negative_id)
+    mask = torch.zeros_like(verdict)
+    for row, (trained, candidates) in enumerate(zip((labels != -100).tolist(), verdict.tolist())):
+        last = None
+        for position, (in_turn, candidate) in enumerate(zip(trained + [False], candidates + [False])):
+            if not in_turn and last is not None:  # the turn ended: its last candidate is the judgement
+                mask[row, last] = True
+                last = None
+            elif in_turn and candidate:
+                last = position
+    return mask
+
+
+def judgement_positions(input_ids, assistant_mask, positive_id: int, negative_id: int):
+    """For each row, the positions whose logits predict a judgement token: the one training puts the loss on
+    (`judgement_mask`), not the first token of the assistant turn, which is the judgement only for templates that
+    write nothing before the content."""
+    import torch
+
+    labels = input_ids.masked_fill(~assistant_mask.bool(), -100)
+    judged = judgement_mask(labels, positive_id, negative_id)
+    return [torch.nonzero(row).flatten() - 1 for row in judged]
 
 
 class PRMScorer:
@@ -93,6 +132,7 @@ class PRMScorer:
 
     def score(self, chains: list[dict]) -> list[list[float]]:
         """Per chain, per step: P(`+`) normalised over {`+`, `-`}."""
+        check_modality(self.processor, chains)
         out = []
         if self.notes:
             for start in range(0, len(chains), self.batch_size):
@@ -106,7 +146,8 @@ class PRMScorer:
         import torch
 
         batch = self.encode(chains)
-        positions = judgement_positions(batch.pop("assistant_masks"))
+        positions = judgement_positions(batch["input_ids"], batch.pop("assistant_masks"), self.positive_id,
+                                        self.negative_id)
         for chain, row in zip(chains, positions):
             if len(row) != len(chain["steps"]):
                 raise ValueError(f"{chain.get('chain_id')}: found {len(row)} judgement slots for "
@@ -235,6 +276,7 @@ class StepCheckScorer:
         import torch
         from trl.data_utils import prepare_multimodal_messages
 
+        check_modality(self.processor, chains)
         asked = [(c, i) for c, chain in enumerate(chains) for i in range(len(chain["steps"]))]
         p_yes = []
         device = next(self.model.parameters()).device
@@ -284,6 +326,7 @@ class RewardScorer:
 
         from stepcritic.train.reward import encode
 
+        check_modality(self.processor, chains)
         device = next(self.model.parameters()).device
         out = []
         for start in range(0, len(chains), self.batch_size):

@@ -1,13 +1,13 @@
 """`method: sft`: supervised fine-tuning of a critic on critique or verifier rows.
 
-TRL's `SFTTrainer` on conversational vision rows (`messages` + `images`) with `assistant_only_loss`, so the loss
+TRL's `SFTTrainer` on conversational rows (`messages` + `images`; a text model's rows as text, see `modality`) with `assistant_only_loss`, so the loss
 covers only what the critic writes (the JSON critique, or a verifier's answer); the prompt, the chain and the
 image tokens are context, never targets. `method: prm` reuses these checks in `prm.py`.
 """
 
 from __future__ import annotations
 
-from stepcritic.train import common
+from stepcritic.train import common, modality
 
 
 def check_targets_fit(trainer, train_data, sample: int = 16) -> None:
@@ -17,7 +17,9 @@ def check_targets_fit(trainer, train_data, sample: int = 16) -> None:
     """
     from stepcritic.train.packing import PaddingFreeCollator
 
-    rows = [dict(train_data[i]) for i in range(min(sample, len(train_data)))]
+    # the trainer's own rows: a text model's are tokenised up front by TRL, a VLM's are the built rows
+    rows = trainer.train_dataset if trainer.train_dataset is not None else train_data
+    rows = [dict(rows[i]) for i in range(min(sample, len(rows)))]
     collator = trainer.data_collator
     if isinstance(collator, PaddingFreeCollator):  # counted per row, before the rows are laid end to end
         collator = collator.collator
@@ -44,6 +46,7 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     model = common.prepare_model(recipe, model)
     trainer = packing.install(recipe, lambda: SFTTrainer(model=model, args=recipe.training_args,
                                                          train_dataset=train_data, eval_dataset=eval_data,
-                                                         processing_class=processor))
+                                                         processing_class=modality.trainer_processing_class(
+                                                             processor)))
     check_targets_fit(trainer, train_data)
     return trainer

@@ -32,6 +32,10 @@ def chain_prompt(messages: list, chain: dict) -> Prompt:
     images = chain_images(chain)
     n_placeholders = sum(1 for m in messages if isinstance(m["content"], list)
                          for part in m["content"] if part.get("type") == "image")
+    if not images:  # a text-only chain: its prompts show no image
+        if n_placeholders:
+            raise ValueError(f"{chain.get('chain_id')}: {n_placeholders} image placeholders and the chain has no image")
+        return Prompt(messages, [])
     if n_placeholders % len(images):
         raise ValueError(f"{chain.get('chain_id')}: {n_placeholders} image placeholders for {len(images)} images")
     return Prompt(messages, images * (n_placeholders // len(images)))

@@ -1,6 +1,7 @@
 """The offline tiny critic: the embedded default model, built from code, with its pretrained base shipped here.
 
-    model.py            the config and builder of the tiny LLaVA (or Idefics3): `build_config`, `build_tiny_critic`
+    model.py            the config and builder of the tiny LLaVA (or Idefics3, or its language model alone, `text`):
+                        `build_config`, `build_tiny_critic`
     tokenizer.py        its byte-level BPE tokenizer, trained offline, and its chat template
     cache.py            `tiny_critic_path`: one build per set of build arguments, reused from ~/.cache/stepcritic
     vision_pretrain.py  seconds of per-cell supervised pre-training for the vision tower

@@ -1,9 +1,12 @@
-"""An offline tiny vision-language critic: a real architecture with random weights and its own tokenizer.
+"""An offline tiny critic: a real architecture with random weights and its own tokenizer, vision-language or text.
 
 The Hugging Face Hub is not reachable from tests, CI or the offline demo, so everything a trainer needs is built
 here from code: a byte-level BPE tokenizer (`tokenizer.py`), a stock image processor and a model of a few
 million parameters, cached under a key that covers everything the build reads. The result is saved like any Hub
 checkpoint, so the training and evaluation code paths are exactly the ones used for Qwen2.5-VL or SmolVLM.
+
+The `text` arch is the language model of the `llava` one alone (Qwen2, same sizes, same tokenizer and chat
+template), loaded as a causal LM: the offline stand-in for Qwen2.5 or Qwen3 when training text-only critics.
 
 Sizes are chosen for a 2-core CPU: one optimiser step on 8 samples of ~200 text tokens plus a 96 px image
 (9 image tokens, one per grid cell) takes about 0.3 s.
@@ -29,7 +32,7 @@ from stepcritic.train.tiny.tokenizer import (
 TINY_BUILD_VERSION = 4
 DEFAULT_PATCH_SIZE = {"llava": 32, "idefics3": 16}
 
-ARCHS = ("llava", "idefics3")
+ARCHS = ("llava", "idefics3", "text")
 
 # Model sizes. "small" (2.7M parameters) is the CPU demo's critic; "medium" (about 30M) is the from-scratch critic
 # trained in bf16 on one GPU (recipes/tiny-gpu). The vision side keeps one image token per grid cell.
@@ -122,15 +125,25 @@ def _idefics3(tokenizer, image_size: int, patch_size: int, size: str):
     return config, processor
 
 
+def _text(tokenizer, image_size: int, patch_size: int, size: str):
+    from transformers import Qwen2Config
+
+    from stepcritic.train.modality import TextProcessor
+
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return Qwen2Config(**_text_sizes(tokenizer, size)), TextProcessor(tokenizer, name="the tiny text critic")
+
+
 def build_config(arch: str = "llava", size: str = "small", image_size: int = 96, patch_size: int | None = None,
                  vocab_size: int = 1024):
-    """(config, processor) of a tiny critic, tokenizer trained offline; no weights."""
-    builders = {"llava": _llava, "idefics3": _idefics3}
+    """(config, processor) of a tiny critic, tokenizer trained offline; no weights. For the `text` arch the processor
+    is a `modality.TextProcessor` and the image sizes are unused."""
+    builders = {"llava": _llava, "idefics3": _idefics3, "text": _text}
     if arch not in builders:
         raise ValueError(f"unknown tiny arch {arch!r}; choose one of {ARCHS}")
     if size not in MODEL_SIZES:
         raise ValueError(f"unknown tiny size {size!r}; choose one of {sorted(MODEL_SIZES)}")
-    patch_size = patch_size or DEFAULT_PATCH_SIZE[arch]
+    patch_size = patch_size or DEFAULT_PATCH_SIZE.get(arch, image_size)
     if image_size % patch_size:
         raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
     specials = [PAD_TOKEN, TURN_START, TURN_END, IMAGE_TOKEN] + (list(IDEFICS3_TOKENS) if arch == "idefics3" else [])
@@ -158,12 +171,15 @@ def build_tiny_critic(
     base pre-training of `base_pretrain.py` there, on a GPU when there is one).
     """
     import torch
-    from transformers import AutoModelForImageTextToText, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
 
+    if arch == "text" and (vision_pretrain_steps or then is not None):
+        raise ValueError("the tiny text critic has no vision tower and no scene pre-training: build it with "
+                         "vision_pretrain_steps=0 and no base pre-training")
     config, processor = build_config(arch, size, image_size, patch_size, vocab_size)
     tokenizer = processor.tokenizer
     torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(config)
+    model = (AutoModelForCausalLM if arch == "text" else AutoModelForImageTextToText).from_config(config)
     # The medium size is built on a GPU when there is one; the small one on the CPU, so that the demo's cached
     # build is the same wherever it runs.
     on_gpu = torch.cuda.is_available() and size != "small"
