@@ -5,8 +5,8 @@ scene question (`train/tiny/scene_qa.py`: "Is there a circle in the image?", "Wh
 scenes of 2 to 4 shapes, and prints the held-out exact-match accuracy of its answers as it goes. `--scene text`
 gives the scene as its caption in words instead of a picture: the same look-up, with nothing to read off an image.
 `--induction-steps N` first trains N steps of next-token prediction on word lists said twice ("red circle top
-blue red circle top blue"), the classic task on which a transformer learns to find an earlier copy of the current
-word; it shows whether that ability is what the look-up is waiting for.
+blue red circle top blue", `train/tiny/scene_qa.repeated_words`), the classic task on which a transformer learns to
+find an earlier copy of the current word; it shows whether that ability is what the look-up is waiting for.
 
     python -m stepcritic.experiments.lookup_probe --question exists --steps 800
     python -m stepcritic.experiments.lookup_probe --question exists --steps 800 --scene text
@@ -77,22 +77,6 @@ def encode(processor, convs: list, as_text: bool) -> dict:
     return {**batch, "labels": batch["input_ids"].masked_fill(~mask, -100)}
 
 
-def repeated_words(tokenizer, rng: random.Random, n: int) -> dict:
-    """`n` word lists said twice; every token is a target, and the second half is predictable only by finding the
-    first copy of the current word and reading what followed it."""
-    from stepcritic.data_prep.render import CELL_NAMES, COLOUR_NAMES, SHAPES
-
-    cell_words = {word for row in CELL_NAMES for name in row for word in name.split()}
-    words = sorted({*SHAPES, *COLOUR_NAMES, "big", "small", *cell_words})
-    texts = []
-    for _ in range(n):
-        said = [rng.choice(words) for _ in range(rng.randint(8, 24))]
-        texts.append(" " + " ".join(said + said))
-    batch = dict(tokenizer(texts, return_tensors="pt", padding=True, padding_side="right"))
-    batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    return batch
-
-
 def exact_match(model, batch: dict) -> float:
     """Share of held-out answers whose every token is the model's first choice (teacher-forced)."""
     import torch
@@ -114,6 +98,7 @@ def main(args: argparse.Namespace) -> list[dict]:
     from stepcritic.train import archs
     from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny import scene_qa
+    from stepcritic.train.tiny.base_pretrain import repeated_word_batch
     from stepcritic.train.tiny.model import build_tiny_critic
 
     torch.set_num_threads(args.threads)
@@ -134,7 +119,7 @@ def main(args: argparse.Namespace) -> list[dict]:
     for step in range(args.induction_steps + args.steps):
         rng = random.Random(f"lookup-probe/{step}")
         induction = step < args.induction_steps
-        batch = (repeated_words(processor.tokenizer, rng, 16) if induction
+        batch = (repeated_word_batch(processor.tokenizer, rng, 16) if induction
                  else encode(processor, conversations(ask, rng, 16, tuple(args.items), as_text), as_text))
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)

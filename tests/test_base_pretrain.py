@@ -105,3 +105,29 @@ def _run_aligned(path, steps):
     model, processor = load_critic(path)
     return model, pretrain_base(model, processor, steps, batch_size=8, log_every=10, align_weight=1.0,
                                 align_steps=steps)
+
+
+def test_the_first_induction_steps_are_word_lists_said_twice_then_scenes_with_their_image(fresh):
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.base_pretrain import SceneConversations
+
+    _, processor = load_critic(fresh)
+    source = SceneConversations(processor, seed=0, image_size=96, induction_steps=3)
+    for step in range(3):
+        batch = source.batch(step, batch_size=2, steps=10)
+        assert "pixel_values" not in batch and len(batch["input_ids"]) == 4
+        for ids, mask in zip(batch["input_ids"], batch["attention_mask"]):
+            said = ids[mask.bool()].tolist()
+            assert said[: len(said) // 2] == said[len(said) // 2:]
+    assert "pixel_values" in source.batch(3, batch_size=2, steps=10)
+
+
+def test_a_run_with_every_stage_goes_induction_then_projector_then_scenes(fresh):
+    """The alignment-only steps come after the word lists (they need images); the stages share one schedule."""
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.base_pretrain import pretrain_base
+
+    model, processor = load_critic(fresh)
+    result = pretrain_base(model, processor, 5, batch_size=2, log_every=1, induction_steps=2, align_steps=2,
+                           align_weight=0.5)
+    assert result["steps"] == 5 and all(h["loss"] == h["loss"] for h in result["history"])  # no NaN

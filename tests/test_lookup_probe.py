@@ -1,15 +1,17 @@
-"""The look-up probe's data: repeated word lists repeat exactly, and a text scene carries no image."""
+"""The look-up data: repeated word lists (the base's first pre-training stage) repeat exactly, and a text scene
+carries no image."""
 
 import random
 
-from stepcritic.experiments.lookup_probe import conversations, repeated_words
+from stepcritic.experiments.lookup_probe import conversations
 from stepcritic.train.tiny import scene_qa
+from stepcritic.train.tiny.base_pretrain import repeated_word_batch
 from stepcritic.train.tiny.model import build_config
 
 
 def test_the_second_half_of_each_word_list_repeats_the_first_token_for_token():
     tokenizer = build_config()[1].tokenizer
-    batch = repeated_words(tokenizer, random.Random(0), 6)
+    batch = repeated_word_batch(tokenizer, random.Random(0), 6)
     for ids, mask, labels in zip(batch["input_ids"], batch["attention_mask"], batch["labels"]):
         kept = ids[mask.bool()].tolist()
         half = len(kept) // 2

@@ -74,9 +74,9 @@ class SceneConversations:
     """Encoded scene conversations; batch `step` depends only on (seed, step, batch_size, steps)."""
 
     def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6, exclude: frozenset = frozenset(),
-                 words: bool = False):
+                 words: bool = False, induction_steps: int = 0):
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
-        self.exclude, self.words = exclude, words
+        self.exclude, self.words, self.induction_steps = exclude, words, induction_steps
 
     def conversations(self, rng: random.Random, n: int, max_items: int = 6, scenes: list | None = None) -> list:
         """`n` encoded-ready conversations; their scenes' items are appended to `scenes` when given."""
@@ -98,12 +98,25 @@ class SceneConversations:
 
     def batch(self, step: int, batch_size: int, steps: int = 0) -> dict:
         """Batch `step`: the encoded conversations and, when `words`, `cell_words` (images, cells, words), the
-        vocabulary ids of what each image token shows (-100 where none) for the alignment loss."""
+        vocabulary ids of what each image token shows (-100 where none) for the alignment loss. The first
+        `induction_steps` batches are repeated word lists instead (`repeated_word_batch`), no image."""
         rng, scenes = random.Random(f"stepcritic-base/{self.seed}/{step}"), []
+        if step < self.induction_steps:
+            return repeated_word_batch(self.processor.tokenizer, rng, 2 * batch_size)
         batch = encode(self.processor, self.conversations(rng, batch_size, max_items_at(step, steps), scenes))
         if self.words:
             batch["cell_words"] = cell_words(self.processor.tokenizer, scenes)
         return batch
+
+
+def repeated_word_batch(tokenizer, rng: random.Random, n: int) -> dict:
+    """`n` word lists said twice (`scene_qa.repeated_words`), right-padded, every real token a target."""
+    from stepcritic.train.tiny.scene_qa import repeated_words
+
+    batch = dict(tokenizer([repeated_words(rng) for _ in range(n)], return_tensors="pt", padding=True,
+                           padding_side="right"))
+    batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    return batch
 
 
 def cell_words(tokenizer, scenes: list) -> "torch.Tensor":
@@ -188,13 +201,15 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
                   image_size: int = 96, device: str | None = None, bf16: bool = False, workers: int = 0,
                   log_every: int = 100, max_seconds: float | None = None, checkpoint_dir: str | None = None,
                   save_every: int = 250, probe_every: int = 0, exclude: frozenset = frozenset(),
-                  align_weight: float = 0.0, align_steps: int = 0) -> dict:
+                  align_weight: float = 0.0, align_steps: int = 0, induction_steps: int = 0) -> dict:
     """Train `model`'s language model and projector in place (vision tower frozen); returns the steps done, the
     last logged loss, the answer-token accuracy on fresh scenes, and the history of logged losses and probes.
 
     With `checkpoint_dir`, the run saves there every `save_every` steps and resumes from what it finds.
     `max_seconds` stops early (the schedule is not stretched: resuming continues it). `align_weight` adds the
     alignment loss (`alignment_loss`) to every step; the first `align_steps` steps train the projector on it alone.
+    `induction_steps` come before both: next-token loss on repeated word lists (`repeated_word_batch`), the
+    language model alone, so that it can find a word's earlier copy before it is asked to find a named shape.
     """
     import torch
 
@@ -226,17 +241,18 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed + first)
     model.to(device).train()
-    source = SceneConversations(processor, seed, image_size, exclude=exclude, words=bool(align_weight or align_steps))
+    source = SceneConversations(processor, seed, image_size, exclude=exclude, words=bool(align_weight or align_steps),
+                                induction_steps=induction_steps)
     start, loss_value, done = time.perf_counter(), float("nan"), first
     for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
         batch = {k: v.to(device) for k, v in batch.items()}
         words = batch.pop("cell_words", None)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            if step < align_steps:  # the projector alone, on the alignment loss: cheap, no language model pass
+            if induction_steps <= step < induction_steps + align_steps:  # the projector alone: no language model pass
                 loss = alignment_loss(model, batch["pixel_values"], words)
-            else:
+            else:  # a scene's questions, or a repeated word list (no image)
                 loss = model(**batch).loss
-                if align_weight:
+                if align_weight and words is not None:
                     loss = loss + align_weight * alignment_loss(model, batch["pixel_values"], words)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -351,6 +367,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         help="weight of the image-token alignment loss (LLaVA's first stage) beside the answers'")
     parser.add_argument("--align-steps", type=int, default=0,
                         help="first steps that train the projector on the alignment loss alone")
+    parser.add_argument("--induction-steps", type=int, default=0,
+                        help="first steps on word lists said twice (the language model learns to find an earlier copy "
+                             "of a word), before any scene")
     parser.add_argument("--init-from", help="start from the weights of a model folder (the shipped base: "
                                             "stepcritic/train/tiny/base) or of another run's checkpoint.pt (not its "
                                             "optimiser or schedule)")
@@ -384,7 +403,8 @@ def main(args: argparse.Namespace) -> int:
                            learning_rate=args.learning_rate, log_every=args.log_every,
                            max_seconds=args.max_minutes * 60 if args.max_minutes else None, checkpoint_dir=args.out,
                            save_every=args.save_every, probe_every=args.probe_every, exclude=excluded_scenes(),
-                           align_weight=args.align_weight, align_steps=args.align_steps)
+                           align_weight=args.align_weight, align_steps=args.align_steps,
+                           induction_steps=args.induction_steps)
     final = os.path.join(args.out, "model")
     model.save_pretrained(final)
     processor.save_pretrained(final)

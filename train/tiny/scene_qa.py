@@ -19,11 +19,25 @@ from stepcritic.data_prep.render import (
     COLOUR_NAMES,
     PLURALS,
     SHAPES,
+    SIZES,
     Item,
     place,
     random_pairs,
     render_png,
 )
+
+# the words scenes are described with: the vocabulary of the repeated word lists below
+SCENE_WORDS = tuple(sorted({*SHAPES, *COLOUR_NAMES, *SIZES,
+                            *(word for row in CELL_NAMES for cell in row for word in cell.split())}))
+
+
+def repeated_words(rng: random.Random, low: int = 8, high: int = 24) -> str:
+    """A list of `low` to `high` scene words said twice ("red top circle big red top circle big"): the text on
+    which a transformer learns to find an earlier copy of the current word and read what followed it (an
+    induction head). Every later look-up ("the circle" in a question -> the circle in the caption or the picture)
+    is built on that ability, which question-answer pairs alone, with one answer word to learn from, teach slowly."""
+    said = [rng.choice(SCENE_WORDS) for _ in range(rng.randint(low, high))]
+    return " " + " ".join(said + said)
 
 
 def caption(items: list[Item]) -> str:
