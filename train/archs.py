@@ -1,4 +1,4 @@
-"""The vision-language families StepCritic trains, described without downloading anything.
+"""The families StepCritic trains, vision-language and text-only, described without downloading anything.
 
 * `model_type_of`: which transformers architecture a recipe's `model_name_or_path` is;
 * `tiny_config`: a few-hundred-thousand-parameter config of that architecture, so tests instantiate every
@@ -26,7 +26,11 @@ MODEL_TYPES = {
     "google/gemma-3-4b-it": "gemma3",
     "OpenGVLab/InternVL3-2B-hf": "internvl",
     "OpenGVLab/InternVL3-8B-hf": "internvl",
+    # text-only families: critics of text-only chains (no vision side to freeze or keep LoRA off)
+    "Qwen/Qwen2.5-1.5B-Instruct": "qwen2",
+    "Qwen/Qwen3-1.7B": "qwen3",
 }
+TEXT_MODEL_TYPES = frozenset({"qwen2", "qwen3", "llama"})
 ALIASES = {
     "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct",
     "qwen2.5-vl-3b": "Qwen/Qwen2.5-VL-3B-Instruct",
@@ -37,6 +41,8 @@ ALIASES = {
     "gemma-3-4b": "google/gemma-3-4b-it",
     "internvl3-2b": "OpenGVLab/InternVL3-2B-hf",
     "internvl3-8b": "OpenGVLab/InternVL3-8B-hf",
+    "qwen2.5-1.5b": "Qwen/Qwen2.5-1.5B-Instruct",
+    "qwen3-1.7b": "Qwen/Qwen3-1.7B",
 }
 
 # Module-name components of the image side of each family.  The projector (connector / merger) is listed apart:
@@ -66,6 +72,8 @@ _TINY_SIGLIP = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, n
 _TINY_IMAGE_TOKEN = 500  # any id inside the tiny vocabulary
 
 _TINY = {
+    "qwen2": dict(_TINY_TEXT),
+    "qwen3": dict(_TINY_TEXT, head_dim=16),
     "qwen2_5_vl": dict(
         text_config={
             **_TINY_TEXT,
@@ -199,6 +207,17 @@ _INTERNVIT_300M = dict(hidden_size=1024, intermediate_size=4096, num_hidden_laye
                        image_size=[448, 448], patch_size=[14, 14], layer_scale_init_value=0.1, use_qk_norm=False,
                        norm_type="layer_norm")
 _REAL = {
+    # config.json of Qwen/Qwen2.5-1.5B-Instruct (Sep 2024): 28 layers, width 1536, 12 query / 2 KV heads, tied
+    "Qwen/Qwen2.5-1.5B-Instruct": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                                       num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                                       max_position_embeddings=32768,
+                                       rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                                       tie_word_embeddings=True),
+    # config.json of Qwen/Qwen3-1.7B (Apr 2025): 28 layers, width 2048, 16 query / 8 KV heads of 128, tied
+    "Qwen/Qwen3-1.7B": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                            num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                            max_position_embeddings=40960,
+                            rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=True),
     "Qwen/Qwen2.5-VL-7B-Instruct": dict(
         text_config=dict(
             vocab_size=152064,

@@ -1,7 +1,7 @@
 """Randomly initialised checkpoints of every architecture the recipes train, with processors built offline.
 
 The real-model recipes name Hub checkpoints (Qwen2.5-VL-3B/7B, Qwen3-VL-4B/8B, Gemma 3 4B, InternVL3-2B/8B,
-SmolVLM); the Hub is out of reach in tests and
+SmolVLM, and the text-only Qwen2.5-1.5B and Qwen3-1.7B); the Hub is out of reach in tests and
 on a fresh GPU box. `build_random_checkpoint` saves a model of the same architecture with random weights, either
 tiny (`archs.tiny_config`: a test runs every recipe in seconds on a CPU) or of the published size
 (`archs.real_config`: a GPU run measures time and memory of the real shape), next to a processor made here:
@@ -13,6 +13,10 @@ tiny (`archs.tiny_config`: a test runs every recipe in seconds on a CPU) or of t
 * a ChatML chat template with `{% generation %}` markers around assistant turns (TRL's assistant_only_loss),
   each image written as the family's placeholder;
 * the family's image processor built from its defaults (the PIL variant when torchvision is missing).
+
+A text-only family (Qwen2.5, Qwen3) gets no image processor: its tokenizer, in a `modality.TextProcessor`, carries
+the family's own published chat template (TRL ships it, and swaps in its `{% generation %}` variant when training
+with assistant_only_loss, exactly as for the real checkpoint), and its model is a causal LM.
 
 The model config's token ids (image token, vision start/end, pad, eos) are set from the tokenizer, and its
 vocabulary is at least the tokenizer's. Nothing here is a trained model: it exists to run the code paths.
@@ -75,7 +79,14 @@ _FAMILIES = {
 }
 # Qwen3-VL keeps Qwen2.5-VL's vision tokens and image placeholder.
 _FAMILIES["qwen3_vl"] = _FAMILIES["qwen2_5_vl"]
+# Text-only families: no image; the chat template is the family's published one, as TRL ships it.
+_FAMILIES["qwen2"] = dict(specials=[], named={}, image=None, template="qwen2_5.jinja")
+_FAMILIES["qwen3"] = dict(specials=["<think>", "</think>"], named={}, image=None, template="qwen3.jinja")
 ARCHITECTURES = tuple(_FAMILIES)
+
+
+def is_text_family(model_type: str) -> bool:
+    return _FAMILIES[model_type]["image"] is None
 
 
 @cache
@@ -94,6 +105,10 @@ def chat_template(model_type: str) -> str:
     """The tiny critic's ChatML template (assistant turns inside `{% generation %}`) with this family's image."""
     from stepcritic.train.tiny.tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN
 
+    if is_text_family(model_type):
+        from importlib.resources import files
+
+        return (files("trl") / "chat_templates" / _FAMILIES[model_type]["template"]).read_text()
     return CHAT_TEMPLATE.replace(IMAGE_TOKEN, _FAMILIES[model_type]["image"])
 
 
@@ -120,9 +135,15 @@ def _image_processor(pil_class: str, torchvision_class: str, module: str, **kwar
 
 
 def build_processor(model_type: str, config, tokenizer, size: str):
-    """The family's processor around `tokenizer`, sized to `config`'s vision tower."""
-    vision = config.vision_config
+    """The family's processor around `tokenizer`, sized to `config`'s vision tower (a text family: the tokenizer in a
+    `TextProcessor`)."""
     template = chat_template(model_type)
+    if is_text_family(model_type):
+        from stepcritic.train.modality import TextProcessor
+
+        tokenizer.chat_template = template
+        return TextProcessor(tokenizer)
+    vision = config.vision_config
     if model_type in ("qwen2_5_vl", "qwen3_vl"):
         kwargs = dict(patch_size=vision.patch_size, merge_size=vision.spatial_merge_size,
                       temporal_patch_size=vision.temporal_patch_size)
@@ -202,6 +223,8 @@ def match_token_ids(config, tokenizer, model_type: str, size: str) -> None:
         raise ValueError(f"the real-size vocabulary ({text.vocab_size}) is smaller than the tokenizer "
                          f"({len(tokenizer)})")
     text.pad_token_id, text.eos_token_id, text.bos_token_id = tokenizer.pad_token_id, tokenizer.eos_token_id, None
+    if is_text_family(model_type):
+        return
     if model_type in ("qwen2_5_vl", "qwen3_vl"):
         config.image_token_id = ids("<|image_pad|>")
         config.video_token_id = ids("<|video_pad|>")
@@ -241,7 +264,7 @@ def build_random_checkpoint(name_or_alias: str, out_dir: str | os.PathLike, size
     `device` builds the weights there (e.g. "cuda": initialising billions of parameters on a CPU takes minutes).
     """
     import torch
-    from transformers import AutoModelForImageTextToText, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
 
     model_type, config = resolve(name_or_alias, size)
     dtype = dtype or ("float32" if size == "tiny" else "bfloat16")
@@ -253,7 +276,8 @@ def build_random_checkpoint(name_or_alias: str, out_dir: str | os.PathLike, size
 
     torch.manual_seed(seed)
     with torch.device(device or "cpu"):
-        model = AutoModelForImageTextToText.from_config(config, dtype=dtype)
+        auto = AutoModelForCausalLM if is_text_family(model_type) else AutoModelForImageTextToText
+        model = auto.from_config(config, dtype=dtype)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id, max_new_tokens=256)
     os.makedirs(out_dir, exist_ok=True)
@@ -277,8 +301,9 @@ def _write_card(out_dir, name, model_type, size, dtype, seed, n_params, processo
         f"--seed {seed}`.",
         f"Architecture of `{name}`, {n_params:,} parameters, randomly initialised, dtype {dtype}. For running "
         "StepCritic's recipes and measuring time and memory without downloading anything; it knows nothing.", "",
-        f"- tokenizer: byte-level BPE trained offline, {vocab} tokens, the family's special tokens, ChatML template "
-        "with `{% generation %}` markers",
+        f"- tokenizer: byte-level BPE trained offline, {vocab} tokens, the family's special tokens, "
+        + ("the family's published chat template" if is_text_family(model_type) else
+           "ChatML template with `{% generation %}` markers"),
         f"- processor: `{processor_class}`{note}", "",
     ])
     with open(os.path.join(out_dir, "README.md"), "w") as f:
@@ -294,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Save a randomly initialised checkpoint of a recipe's architecture with an offline processor.")
     parser.add_argument("--model", required=True,
                         help="Hub name, alias (qwen2.5-vl-3b, qwen2.5-vl-7b, qwen3-vl-4b, qwen3-vl-8b, gemma-3-4b, "
-                             "internvl3-2b, internvl3-8b, smolvlm) or model type (llava, qwen2_5_vl, qwen3_vl, gemma3, "
-                             "internvl, idefics3; tiny only)")
+                             "internvl3-2b, internvl3-8b, smolvlm, and the text-only qwen2.5-1.5b, qwen3-1.7b) or model type "
+                             "(llava, qwen2_5_vl, qwen3_vl, gemma3, internvl, idefics3, qwen2, qwen3; tiny only)")
     parser.add_argument("--size", choices=SIZES, default="tiny", help="tiny test shape or the published shape")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--dtype", default=None, help="float32 (tiny default), bfloat16 (real default), float16")
