@@ -179,10 +179,11 @@ def load_splits(recipe):
     evaluation = None
     if args.eval_split and args.eval_split in data:
         evaluation = _head(data[args.eval_split], args.max_eval_samples)
+    text_only = modality.recipe_reads_text_only(recipe)
     for name, split in ((TRAIN, train), (args.eval_split, evaluation)):
-        if split is not None:
+        if split is not None and not text_only:  # a text model has no vision tower for ranks to wait in
             check_images_for_zero3(split, f"{args.dataset_path} [{name}]")
-    if modality.recipe_reads_text_only(recipe):
+    if text_only:
         model = model_name(recipe)
         train = modality.text_rows(train, f"{args.dataset_path} [{TRAIN}]", model)
         evaluation = modality.text_rows(evaluation, f"{args.dataset_path} [{args.eval_split}]", model)
@@ -215,16 +216,18 @@ def check_images_for_zero3(dataset, where: str) -> None:
     """Refuse rows without an image under ZeRO-3 instead of hanging.
 
     ZeRO-3 gathers each layer's shards collectively; a rank whose batch has no image skips the vision tower
-    while the others wait in it, and the job hangs (DeepSpeed #7170). StepCritic's builders always attach
-    the chain's image, so this only fires on users' own mixed datasets.
+    while the others wait in it, and the job hangs (DeepSpeed #7170). StepCritic's builders attach the chain's
+    image to every row of a pictured chain, so this only fires on mixed datasets; one with no image at all never
+    enters the tower on any rank and trains.
     """
     if "images" not in dataset.column_names or not zero3_enabled():
         return
     import pyarrow.compute as pc
 
     counts = pc.list_value_length(dataset.with_format("arrow")[:]["images"]).fill_null(0)  # no image decoding
-    missing = [i for i, n in enumerate(counts.to_pylist()) if n == 0]
-    if missing:
+    counts = counts.to_pylist()
+    missing = [i for i, n in enumerate(counts) if n == 0]
+    if missing and len(missing) < len(counts):
         raise DataContractError(f"{where}: {len(missing)} rows have no image (first: row {missing[0]}); under "
                                 "DeepSpeed ZeRO-3 a batch without images hangs the job (DeepSpeed #7170). Attach an "
                                 "image to every row, drop those rows, or train with ZeRO-2/DDP.")

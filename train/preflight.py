@@ -488,11 +488,13 @@ def _check_data(recipe, lines: list, problems: list) -> int:
         return rows.get(TRAIN, 0)
 
     sampled, images = {}, []
+    text_only = modality.recipe_reads_text_only(recipe)
     for name in (TRAIN, args.eval_split):
         if not name or name not in data:
             continue
         try:
-            common.check_images_for_zero3(data[name], f"{args.dataset_path} [{name}]")
+            if not text_only:  # a text model has no vision tower for ranks to wait in
+                common.check_images_for_zero3(data[name], f"{args.dataset_path} [{name}]")
         except DataContractError as error:
             problems.append(str(error))
         sampled[name], bad = decoded_rows(data[name], name, args.dataset_path, args.max_image_size)
