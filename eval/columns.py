@@ -59,7 +59,8 @@ class Gold:
         def make():
             out = np.full(len(self.step_chain), -1, dtype=np.int64)
             for i in np.flatnonzero(self.annotated):
-                out[self.starts[i]:self.starts[i + 1]] = M.step_heights([s["premises"] for s in self.chains[i]["steps"]])
+                premises = [s["premises"] for s in self.chains[i]["steps"]]
+                out[self.starts[i]:self.starts[i + 1]] = M.step_heights(premises)
             return out
         return self.memo("heights", make)
 

@@ -128,8 +128,6 @@ class Trees:
     def score(self, scores, lam: float, h_f: int | None, reads=None):
         """Per chain, RPTS over its steps (with `reads`, only the steps that read that clue), each weighted by its
         height in the whole tree; NaN for a chain without a tree or a scored step."""
-        import numpy as np
-
         on = self.has_tree[self.chain] if reads is None else self.has_tree[self.chain] & reads
         focus = self.focus[self.chain[on]] if h_f is None else h_f
         return M.rpts_chains(self.height[on], scores[on], self.chain[on], focus, lam, len(self.has_tree))

@@ -12,8 +12,8 @@ rule; this sweep is our addition, for score-based judges only (AUROC is its thre
 A step is flagged incorrect when 1 - its step score (`scores.step_scores`: 1 - P(incorrect), else the verdict as
 1 / 0) reaches the threshold t, so t is on the P(incorrect) scale (0.5 flags a step a PRM finds more likely wrong
 than right). The candidate thresholds are the dev scores themselves (as `sklearn.metrics.precision_recall_curve` gives
-them, counted here with numpy); on a tie in F1 the lowest wins. The curve, F1 against t on a grid of 101 thresholds for the dev and the test chains, is
-saved for the plot.
+them, counted here with numpy); on a tie in F1 the lowest wins. The curve, F1 against t on a grid of 101 thresholds
+for the dev and the test chains, is saved for the plot.
 """
 
 from __future__ import annotations

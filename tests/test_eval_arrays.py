@@ -79,8 +79,8 @@ def ref_propagation_table(gold_chains, pred_chains, use_pred):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_flag_metrics_match_the_reference(seed):
-    from sklearn.metrics import brier_score_loss, roc_auc_score
     from sklearn.calibration import calibration_curve
+    from sklearn.metrics import brier_score_loss, roc_auc_score
 
     rng = random.Random(seed)
     n = rng.choice([0, 1, 5, 60, 400])
@@ -238,8 +238,8 @@ def random_gold_and_preds(rng):
                      "final_answer": rng.choice(["a", "b", None]), "answer_correct": rng.choice([True, False, None]),
                      "chain_correct": rng.choice([True, False, None]), "steps": steps})
         verdicts = labels(rng, n, p_none=0.1)
-        preds.append({"chain_id": f"c{k}", "verdicts": verdicts,
-                      "p_incorrect": rng.choice([None, [None if rng.random() < 0.2 else rng.random() for _ in range(n)]]),
+        probabilities = [None if rng.random() < 0.2 else rng.random() for _ in range(n)]
+        preds.append({"chain_id": f"c{k}", "verdicts": verdicts, "p_incorrect": rng.choice([None, probabilities]),
                       "explanations": rng.choice([None, ["the colour is wrong" if v is False else None
                                                          for v in verdicts]]),
                       "answer_correct": rng.choice([True, False, None]),
