@@ -463,10 +463,12 @@ def _check_data(recipe, lines: list, problems: list) -> int:
                         f"{str(error).splitlines()[0][:200]})")
         return 0
 
+    mismatch = None
     try:
         check_modality(recipe)
     except modality.ModalityMismatch as error:
-        problems.append(str(error))
+        mismatch = str(error)
+        problems.append(mismatch)
     limits = {TRAIN: args.max_train_samples, args.eval_split: args.max_eval_samples}
     rows = {name: min(len(data[name]), limits.get(name) or len(data[name])) for name in data}
     rows_text = ", ".join(f"{name} {n:,}" for name, n in rows.items())
@@ -508,7 +510,9 @@ def _check_data(recipe, lines: list, problems: list) -> int:
     if args.tiny_model:
         lines.append(("tiny", tiny_note(recipe)))
     processor, why = load_processor(recipe)
-    if processor is None:
+    if mismatch:  # the processor cannot encode rows the model cannot read: said once, above
+        lines.append(("lengths", "skipped: the data does not suit the model"))
+    elif processor is None:
         lines.append(("lengths", f"skipped: {why}"))
     else:
         problems += processor_problems(recipe, processor)
