@@ -1,7 +1,7 @@
 """Every shipped recipe trains on data made by `stepcritic data build`, so no recipe can drift from the data contract.
 
 The README's path, offline: `stepcritic data synth` -> `stepcritic data build` of every dataset kind -> every recipe
-under recipes/ for one optimiser step (the real-model recipes with a tiny random checkpoint of the same
+under recipes/ for one optimiser step (text-only models on text-only chains ingested from ProcessBench's layout) (the real-model recipes with a tiny random checkpoint of the same
 architecture from `offline_models.build_random_checkpoint`, their LoRA setting kept), including an evaluation
 step where the recipe evaluates; `--dry-run` of every recipe on the built data; and the user mistakes that must
 fail fast with one line: a PRM recipe on critique data, a missing dataset_path.
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from text_chains import ingest_and_build, sums
 
 from stepcritic.cli import main as stepcritic
 from stepcritic.data_prep import build, contract
@@ -64,6 +65,18 @@ def built(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def built_text(tmp_path_factory):
+    """{kind: folder}: every kind, built from text-only chains (`data ingest --format processbench`)."""
+    return ingest_and_build(sums(), tmp_path_factory.mktemp("text"), contract.KIND_NAMES, test_fraction=0.2)[1]
+
+
+def reads_text_only(recipe) -> bool:
+    if recipe.script_args.tiny_model:
+        return recipe.script_args.tiny_model_arch == "text"
+    return archs.model_type_of(recipe.model_args.model_name_or_path) in archs.TEXT_MODEL_TYPES
+
+
+@pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """model_type -> a tiny random checkpoint of that architecture, built on first use."""
     from stepcritic.train.tiny.offline_models import build_random_checkpoint
@@ -78,10 +91,12 @@ def checkpoints(tmp_path_factory):
     return get
 
 
-def overrides_for(path, built, checkpoints, output_dir=None):
-    """What the test changes in a recipe: data, model (tiny, same architecture), CPU precision, run length."""
+def overrides_for(path, built, checkpoints, output_dir=None, built_text=None):
+    """What the test changes in a recipe: data (text-only for a text model), model (tiny, same architecture), CPU
+    precision, run length."""
     recipe = parse_recipe(path)
     kind = recipe.script_args.dataset_kind
+    built = built_text if reads_text_only(recipe) else built
     # The rows of one optimiser step at most (2 per device x at most 2 accumulation steps): trainers that
     # tokenise or filter the whole split up front (DPO, reward) then stay fast.
     argv = ["--dataset_path", built[kind], "--report_to", "none", "--max_train_samples", "4"]
@@ -123,12 +138,13 @@ def test_build_records_its_kind_and_the_methods_it_feeds(built):
 
 
 @pytest.mark.parametrize("path", training_params())
-def test_recipe_trains_one_step_on_built_data(path, built, checkpoints, tmp_path):
+def test_recipe_trains_one_step_on_built_data(path, built, built_text, checkpoints, tmp_path):
     import torch
 
     from stepcritic.train.run import train
 
-    recipe, argv = overrides_for(path, built, checkpoints, tmp_path / "run")
+    recipe, argv = overrides_for(path, built, checkpoints, tmp_path / "run", built_text)
+    text = reads_text_only(recipe)
     recipe = parse_recipe(path, argv + ["--max_steps", "1"])
     ran = set()  # classes of the modules that ran: every family's image encoder has "Vision" in its class name
     hook = torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: ran.add(type(module)))
@@ -136,8 +152,10 @@ def test_recipe_trains_one_step_on_built_data(path, built, checkpoints, tmp_path
         metrics = train(recipe)
     finally:
         hook.remove()
-    # the images reached the model (a processor that dropped them would still train, on text alone)
-    assert [cls for cls in ran if "Vision" in cls.__name__], sorted(cls.__name__ for cls in ran)
+    # the images reached the model (a processor that dropped them would still train, on text alone); a text model
+    # has no image encoder to run
+    vision = [cls for cls in ran if "Vision" in cls.__name__]
+    assert bool(vision) != text, sorted(cls.__name__ for cls in ran)
 
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     assert state["global_step"] == 1
@@ -152,11 +170,12 @@ def test_recipe_trains_one_step_on_built_data(path, built, checkpoints, tmp_path
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=name_of)
-def test_dry_run_passes_on_built_data(path, built, checkpoints, tmp_path):
+def test_dry_run_passes_on_built_data(path, built, built_text, checkpoints, tmp_path):
     from stepcritic.train.preflight import dry_run
 
     # a folder of its own: the recipe's output_dir may hold a finished model
-    recipe, argv = overrides_for(path, built, checkpoints, tmp_path / "run")
+    recipe, argv = overrides_for(path, built, checkpoints, tmp_path / "run", built_text)
+    built = built_text if reads_text_only(recipe) else built
     out, err = io.StringIO(), io.StringIO()
     assert dry_run(parse_recipe(path, argv), out, err) == 0, err.getvalue()
     report = out.getvalue()

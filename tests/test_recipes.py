@@ -19,6 +19,8 @@ TINY_SFT = RECIPES_DIR / "tiny" / "critique-sft.yaml"
 REAL_SFT = RECIPES_DIR / "qwen2.5-vl-7b" / "sft-lora.yaml"
 # The Qwen3-VL, Gemma 3 and InternVL3 families: each folder ships the four LoRA methods.
 NEW_FAMILY_FOLDERS = ("qwen3-vl-4b", "qwen3-vl-8b", "gemma-3-4b", "internvl3-2b", "internvl3-8b")
+# Text-only families: the same four LoRA methods, on datasets built from text-only chains.
+TEXT_FAMILY_FOLDERS = ("qwen2.5-1.5b", "qwen3-1.7b")
 CONFIG_CLASSES = {"sft": "SFTConfig", "prm": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig",
                   "reward": "RewardModelConfig"}
 
@@ -28,6 +30,13 @@ def name_of(path):
 
 
 pytestmark = pytest.mark.usefixtures("private_tiny_cache")  # conftest.py: this module's own tiny-model cache
+
+
+def reads_text_only(recipe) -> bool:
+    """Whether a shipped recipe trains a text-only model (the tiny text critic, or a text family)."""
+    if recipe.script_args.tiny_model:
+        return recipe.script_args.tiny_model_arch == "text"
+    return archs.model_type_of(recipe.model_args.model_name_or_path) in archs.TEXT_MODEL_TYPES
 
 
 def write(tmp_path, text, name="recipe.yaml"):
@@ -43,6 +52,8 @@ def test_expected_recipes_are_shipped():
         "smolvlm/sft-lora.yaml", "smolvlm/prm-lora.yaml",
         *(f"{folder}/{m}-lora.yaml" for folder in NEW_FAMILY_FOLDERS for m in ("sft", "dpo", "prm", "reward")),
         *(f"tiny/{m}.yaml" for m in ("critique-sft", "prm", "dpo", "reward", "grpo")),
+        *(f"{folder}/{m}-lora.yaml" for folder in TEXT_FAMILY_FOLDERS for m in ("sft", "dpo", "prm", "reward")),
+        *(f"tiny-text/{m}.yaml" for m in ("critique-sft", "prm", "dpo", "reward")),
     }
     assert expected <= {name_of(p) for p in RECIPES}
 
@@ -54,14 +65,19 @@ def test_recipe_parses(path):
         recipe = parse_recipe(path)
     assert type(recipe.training_args).__name__ == CONFIG_CLASSES[recipe.method]
     assert recipe.script_args.dataset_kind in DATASET_KINDS[recipe.method]
-    if name_of(path).startswith("tiny/"):  # the README's folders: data from `stepcritic data build`, models to runs/
-        assert recipe.script_args.dataset_path == f"data/{recipe.script_args.dataset_kind}"
+    text = reads_text_only(recipe)
+    data = f"data/text/{recipe.script_args.dataset_kind}" if text else f"data/{recipe.script_args.dataset_kind}"
+    if name_of(path).startswith(("tiny/", "tiny-text/")):  # the README's folders: data from `data build`, models to runs/
+        assert recipe.script_args.dataset_path == data
         assert recipe.training_args.output_dir.startswith("runs/")
         # a rerun resumes instead of training again from the start
         assert recipe.training_args.save_strategy == "steps" and recipe.training_args.save_total_limit <= 2
         assert recipe.training_args.save_steps <= recipe.training_args.max_steps
     else:
         assert recipe.training_args.output_dir.startswith("outputs/")
+    if text:  # text-only builds, and no key about a vision side a text model lacks
+        assert recipe.script_args.dataset_path == data
+        assert not {"max_image_size", "freeze_vision_tower", "lora_on_vision"} & set(yaml.safe_load(path.read_text()))
     if recipe.script_args.tiny_model:
         assert recipe.training_args.use_cpu and recipe.training_args.report_to in ("none", [])
     else:
@@ -75,16 +91,17 @@ def test_recipe_parses(path):
 @pytest.mark.parametrize("path", RECIPES, ids=name_of)
 def test_recipe_model_builds_with_its_lora_on_the_language_model(path):
     from peft import get_peft_model
-    from transformers import AutoModelForImageTextToText
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     recipe = parse_recipe(path)
+    auto = AutoModelForCausalLM if reads_text_only(recipe) else AutoModelForImageTextToText
     if recipe.script_args.tiny_model:
         # the recipe's architecture and size, without its pre-training stages (minutes on a CPU, not under test)
         untrained = parse_recipe(path, {"tiny_vision_pretrain_steps": 0, "tiny_base_pretrain_steps": 0})
-        model = AutoModelForImageTextToText.from_pretrained(untrained.model_path())
+        model = auto.from_pretrained(untrained.model_path())
     else:
         model_type = archs.model_type_of(recipe.model_args.model_name_or_path)
-        model = AutoModelForImageTextToText.from_config(archs.tiny_config(model_type))
+        model = auto.from_config(archs.tiny_config(model_type))
         assert model.config.model_type == model_type
     peft_config = archs.lora_config(recipe.model_args, recipe.script_args.lora_on_vision)
     if peft_config is None:
