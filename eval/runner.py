@@ -72,10 +72,11 @@ def gold_view(dataset, verifier_targets: bool = True) -> list[dict]:
     # one object per distinct value of what repeats (a chain's source, a step's type, score, premises, an empty list
     # of reference critiques...), not one per chain or step: 100,000 chains hold half a million of each. The gold
     # chains are only read once built, so steps may share equal lists.
-    shared: dict = {}
+    scalars, explanations, premises = {}, {}, {}  # strings and floats never compare equal: one table holds both
+    keep = scalars.setdefault  # keep(value, value): the first object equal to value
 
-    def same(value, field: str = ""):
-        return shared.setdefault((field, tuple(value)) if isinstance(value, list) else (type(value), value), value)
+    def same_list(table: dict, value):
+        return value if value is None else table.setdefault(tuple(value), value)
 
     # read a batch of rows at a time: the whole dataset as Python rows (every step field) is several times the size
     # of what is kept
@@ -85,18 +86,21 @@ def gold_view(dataset, verifier_targets: bool = True) -> list[dict]:
         chain_targets, step_targets = verifier.targets(chain) if verifier_targets else (None, [None] * len(
             chain["steps"]))
         kinds = step_kinds(chain)
+        shared = {f: keep(chain[f], chain[f]) for f in ("group_id", "source", "generator", "category", "question",
+                                                        "final_answer", "reference_answer")}
         gold.append({
-            "chain_id": chain["chain_id"], "group_id": same(chain["group_id"]), "source": same(chain["source"]),
-            "generator": same(chain["generator"]), "category": same(chain["category"]),
+            "chain_id": chain["chain_id"], "group_id": shared["group_id"], "source": shared["source"],
+            "generator": shared["generator"], "category": shared["category"],
             "answer_correct": chain["answer_correct"], "chain_correct": chain["chain_correct"],
             "digest": chain_digest(chain), "verifier": chain_targets,
             # the texts, for what shows a chain to a model after judging: the corrector, an LLM explanation matcher
-            "question": same(chain["question"]), "final_answer": same(chain["final_answer"]),
-            "reference_answer": same(chain["reference_answer"]),
-            "steps": [{"type": same(s["type"]), "correct": s["correct"], "human_score": same(s["human_score"]),
-                       "explanations": same(s["explanations"], "explanations"),
-                       "premises": same(s["premises"], "premises"), "verifier": targets, "text": s["text"],
-                       "kind": same(kind)} for s, targets, kind in zip(chain["steps"], step_targets, kinds)],
+            "question": shared["question"], "final_answer": shared["final_answer"],
+            "reference_answer": shared["reference_answer"],
+            "steps": [{"type": keep(s["type"], s["type"]), "correct": s["correct"],
+                       "human_score": keep(s["human_score"], s["human_score"]),
+                       "explanations": same_list(explanations, s["explanations"]),
+                       "premises": same_list(premises, s["premises"]), "verifier": targets, "text": s["text"],
+                       "kind": keep(kind, kind)} for s, targets, kind in zip(chain["steps"], step_targets, kinds)],
         })
     if len({g["chain_id"] for g in gold}) != len(gold):
         raise EvalError("chains: chain_id values are not unique; every judgment is keyed by chain_id")

@@ -42,3 +42,15 @@ def test_a_killed_writer_keeps_every_appended_record(tmp_path):
     assert proc.returncode == -9
     assert sorted(JsonlLog(path, "chain_id").load()) == sorted(f"c{i}" for i in range(50))
     assert os.path.getsize(path) > 0
+
+
+def test_the_cached_record_of_a_judgment_is_what_to_json_gives():
+    from stepcritic.eval.judges.base import Critique
+    from stepcritic.eval.judging import cache_record
+
+    for critique in (Critique("c1", [True, False, None], p_incorrect=[0.1, 0.9, None], explanations=[None, "x", None],
+                              answer_correct=False, chain_score=0.25, raw="r", extra={"labels": ["a"], "n": 2}),
+                     Critique("c2", [None], valid=False, error="unreadable"),
+                     Critique("c3", [None], failed=True, error="timeout")):
+        assert cache_record(critique, "d1") == dict(critique.to_json(), digest="d1")
+        assert list(cache_record(critique, "d1")) == list(dict(critique.to_json(), digest="d1"))
