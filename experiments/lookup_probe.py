@@ -12,6 +12,11 @@ find an earlier copy of the current word; it shows whether that ability is what 
     python -m stepcritic.experiments.lookup_probe --question exists --steps 800 --scene text
     python -m stepcritic.experiments.lookup_probe --question colour --steps 800
     python -m stepcritic.experiments.lookup_probe --question exists --steps 600 --scene text --induction-steps 300
+    python -m stepcritic.experiments.lookup_probe --question exists --steps 1300 --induction-steps 300 --align-steps 200
+
+`--align-steps N` then trains the projector alone for N steps to hand the language model each image token as the sum
+of the word embeddings that name its cell and content (`base_pretrain.alignment_loss`, LLaVA's first stage), so that a
+word's earlier "copy" can be an image token.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--scene", choices=("image", "text"), default="image")
     parser.add_argument("--steps", type=int, default=800, help="training steps on the question (batch 16)")
     parser.add_argument("--induction-steps", type=int, default=0, help="steps on repeated word lists first")
+    parser.add_argument("--align-steps", type=int, default=0,
+                        help="then steps that pull image tokens towards the words of their cell (the projector alone)")
     parser.add_argument("--items", type=int, nargs=2, default=(2, 4), metavar=("MIN", "MAX"), help="shapes a scene")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--eval-every", type=int, default=100)
@@ -38,8 +45,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     return parser
 
 
-def conversations(ask, rng: random.Random, n: int, items: tuple, as_text: bool) -> list:
-    """`n` single questions of one kind, each with its scene as a picture or as its caption."""
+def conversations(ask, rng: random.Random, n: int, items: tuple, as_text: bool, scenes: list | None = None) -> list:
+    """`n` single questions of one kind, each with its scene as a picture or as its caption; the scenes' items are
+    appended to `scenes` when given."""
     from trl.data_utils import prepare_multimodal_messages
 
     from stepcritic.data_prep.images import to_rgb
@@ -53,6 +61,8 @@ def conversations(ask, rng: random.Random, n: int, items: tuple, as_text: bool) 
         if not asked:
             continue
         question, answer = asked
+        if scenes is not None:
+            scenes.append(scene)
         answer_turn = {"role": "assistant", "content": [{"type": "text", "text": answer}]}
         if as_text:  # no image token at all: the chat template of a text-only conversation
             out.append([{"role": "user", "content": [{"type": "text", "text": f"{caption(scene)} {question}"}]},
@@ -98,7 +108,7 @@ def main(args: argparse.Namespace) -> list[dict]:
     from stepcritic.train import archs
     from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny import scene_qa
-    from stepcritic.train.tiny.base_pretrain import repeated_word_batch
+    from stepcritic.train.tiny.base_pretrain import alignment_loss, cell_words, repeated_word_batch
     from stepcritic.train.tiny.model import build_tiny_critic
 
     torch.set_num_threads(args.threads)
@@ -116,18 +126,25 @@ def main(args: argparse.Namespace) -> list[dict]:
     torch.manual_seed(0)
     model.train()
     start, rows = time.perf_counter(), []
-    for step in range(args.induction_steps + args.steps):
+    aligned = args.induction_steps + args.align_steps
+    for step in range(aligned + args.steps):
         rng = random.Random(f"lookup-probe/{step}")
         induction = step < args.induction_steps
-        batch = (repeated_word_batch(processor.tokenizer, rng, 16) if induction
-                 else encode(processor, conversations(ask, rng, 16, tuple(args.items), as_text), as_text))
-        loss = model(**batch).loss
+        if induction:
+            loss = model(**repeated_word_batch(processor.tokenizer, rng, 16)).loss
+        elif step < aligned:  # scenes as pictures, whatever --scene says: this stage trains the projector
+            scenes = []
+            batch = encode(processor, conversations(ask, rng, 16, tuple(args.items), False, scenes), False)
+            loss = alignment_loss(model, batch["pixel_values"], cell_words(processor.tokenizer, scenes))
+        else:
+            loss = model(**encode(processor, conversations(ask, rng, 16, tuple(args.items), as_text), as_text)).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimizer.step()
         if (step + 1) % args.eval_every == 0:
-            rows.append({"step": step + 1, "stage": "repeated words" if induction else args.question,
+            stage = "repeated words" if induction else "alignment" if step < aligned else args.question
+            rows.append({"step": step + 1, "stage": stage,
                          "loss": round(loss.item(), 3), "accuracy": round(exact_match(model, held_out), 3),
                          "seconds": round(time.perf_counter() - start)})
             print(rows[-1], flush=True)
