@@ -20,8 +20,20 @@ VISION_SIDES = {
 
 
 def test_every_family_with_a_tiny_config_has_its_vision_side_named_here():
-    assert set(VISION_SIDES) == set(archs._TINY)
+    assert set(VISION_SIDES) == set(archs._TINY) - archs.TEXT_MODEL_TYPES
     assert {archs.model_type_of(name) for name in archs.MODEL_TYPES} <= set(archs._TINY)
+
+
+@pytest.mark.parametrize("model_type", sorted(archs.TEXT_MODEL_TYPES & set(archs._TINY)))
+def test_text_families_have_no_vision_side(model_type):
+    from transformers import AutoModelForCausalLM
+
+    from stepcritic.train.modality import config_reads_images
+
+    config = archs.tiny_config(model_type)
+    model = AutoModelForCausalLM.from_config(config)
+    assert not config_reads_images(config) and archs.freeze_vision_tower(model) == 0
+    assert 50_000 < sum(p.numel() for p in model.parameters()) < 1_000_000
 
 
 @pytest.mark.parametrize("model_type", sorted(VISION_SIDES))
@@ -69,6 +81,18 @@ def test_real_size_config_matches_the_published_model(alias):
     if vision:
         tower = sum(p.numel() for name, p in model.named_parameters() if archs.is_vision_tower(name))
         assert tower == pytest.approx(vision, rel=0.02)
+
+
+@pytest.mark.parametrize("alias, total", [("qwen2.5-1.5b", 1.54e9), ("qwen3-1.7b", 1.72e9)])
+def test_real_size_text_config_matches_the_published_model(alias, total):
+    # Qwen2.5-1.5B's card says 1.54B; Qwen3-1.7B's says 1.7B (1.4B without the tied embedding of 311M)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(archs.real_config(alias))
+    assert model.config.model_type == archs.model_type_of(alias)
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(total, rel=0.005)
 
 
 def test_real_size_configs_of_one_family_differ_only_where_the_sizes_do():

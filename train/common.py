@@ -179,7 +179,9 @@ def load_splits(recipe):
     evaluation = None
     if args.eval_split and args.eval_split in data:
         evaluation = _head(data[args.eval_split], args.max_eval_samples)
-    text_only = modality.recipe_reads_text_only(recipe)
+    from stepcritic.train.loading import recipe_reads_text_only
+
+    text_only = recipe_reads_text_only(recipe)
     for name, split in ((TRAIN, train), (args.eval_split, evaluation)):
         if split is not None and not text_only:  # a text model has no vision tower for ranks to wait in
             check_images_for_zero3(split, f"{args.dataset_path} [{name}]")

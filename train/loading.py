@@ -28,6 +28,33 @@ def has_processor(path: str | os.PathLike) -> bool:
     return any(os.path.isfile(os.path.join(path, name)) for name in PROCESSOR_FILES)
 
 
+def model_config(path: str | os.PathLike, revision: str | None = None):
+    """The config of a checkpoint, or of the base model an adapter folder names."""
+    from transformers import AutoConfig
+
+    path = str(path)
+    return AutoConfig.from_pretrained(adapter_base(path) or path, revision=revision)
+
+
+def reads_text_only(path: str | os.PathLike, revision: str | None = None) -> bool:
+    """Whether a checkpoint (or an adapter's base) is a text-only model: no vision side in its config."""
+    from stepcritic.train.modality import config_reads_images
+
+    return not config_reads_images(model_config(path, revision))
+
+
+def recipe_reads_text_only(recipe) -> bool | None:
+    """Whether the recipe's model reads text only; None when its config cannot be read here (a Hub name not in the
+    local cache: loading the model then fails with its own line). Never builds the tiny critic."""
+    args = recipe.script_args
+    if args.tiny_model:
+        return args.tiny_model_arch == "text"
+    try:
+        return reads_text_only(recipe.model_args.model_name_or_path, recipe.model_args.model_revision)
+    except Exception:  # offline Hub, a typo, a missing folder: reported where the model loads
+        return None
+
+
 def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, revision: str | None = None,
                 **init_kwargs):
     """(model, processor) from `path`. An adapter folder comes back as a `PeftModel` (adapter trainable only when
@@ -38,7 +65,7 @@ def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, re
 
     path = str(path)
     base = adapter_base(path)
-    text_only = modality.reads_text_only(base or path, revision)
+    text_only = reads_text_only(base or path, revision)
     auto = AutoModelForCausalLM if text_only else AutoModelForImageTextToText
     model = auto.from_pretrained(base or path, dtype=dtype, revision=revision, **init_kwargs)
     if base is not None:
@@ -56,7 +83,7 @@ def load_processor(source: str, revision: str | None = None, text_only: bool | N
     from stepcritic.train import modality
 
     if text_only is None:
-        text_only = modality.reads_text_only(source, revision)
+        text_only = reads_text_only(source, revision)
     if text_only:
         return modality.TextProcessor(AutoTokenizer.from_pretrained(source, revision=revision), name=source)
     return AutoProcessor.from_pretrained(source, revision=revision)

@@ -2,8 +2,8 @@
 
 A model reads images when its config has a vision tower (`vision_config`) or its type is an image-text-to-text
 architecture; anything else that transformers maps to a causal LM (Qwen2.5, Qwen3, Llama, the tiny `text` critic)
-reads text alone. The choice follows from the checkpoint's config, never from a recipe key, so a recipe names a
-text model exactly as it names a VLM.
+reads text alone. The choice follows from the checkpoint's config (`loading.reads_text_only`), never from a recipe
+key, so a recipe names a text model exactly as it names a VLM.
 
 Everything downstream of loading is written once, against a processor: the trainers, the scorers and the judges
 call `apply_chat_template`, `processor(text=..., images=...)`, `processor.tokenizer`. `TextProcessor` gives a
@@ -17,8 +17,6 @@ tokenizer, and the rows it reads were made text-only by `text_rows` (content as 
 """
 
 from __future__ import annotations
-
-import os
 
 from stepcritic.errors import UserError
 
@@ -39,32 +37,6 @@ def config_reads_images(config) -> bool:
     if getattr(config, "vision_config", None) is not None:
         return True
     return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-
-
-def model_config(path: str | os.PathLike, revision: str | None = None):
-    """The config of a checkpoint, or of the base model an adapter folder names."""
-    from transformers import AutoConfig
-
-    from stepcritic.train.loading import adapter_base
-
-    path = str(path)
-    return AutoConfig.from_pretrained(adapter_base(path) or path, revision=revision)
-
-
-def reads_text_only(path: str | os.PathLike, revision: str | None = None) -> bool:
-    return not config_reads_images(model_config(path, revision))
-
-
-def recipe_reads_text_only(recipe) -> bool | None:
-    """Whether the recipe's model reads text only; None when its config cannot be read here (a Hub name not in the
-    local cache: loading the model then fails with its own line). Never builds the tiny critic."""
-    args = recipe.script_args
-    if args.tiny_model:
-        return args.tiny_model_arch == "text"
-    try:
-        return reads_text_only(recipe.model_args.model_name_or_path, recipe.model_args.model_revision)
-    except Exception:  # offline Hub, a typo, a missing folder: reported where the model loads
-        return None
 
 
 def describe(model: str, config=None) -> str:
@@ -179,8 +151,10 @@ def text_rows(dataset, where: str, model: str):
 
 
 def _placeholders(messages) -> int:
-    return sum(isinstance(m.get("content"), list) and sum(p.get("type") == "image" for p in m["content"])
-               for m in messages or [])
+    if not isinstance(messages, list):  # a column of another layout: the contract's column check names it
+        return 0
+    return sum(sum(isinstance(p, dict) and p.get("type") == "image" for p in m["content"])
+               for m in messages if isinstance(m, dict) and isinstance(m.get("content"), list))
 
 
 def image_count_problem(split, where: str, indices: list[int]) -> str | None:

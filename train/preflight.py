@@ -88,7 +88,7 @@ def check_modality(recipe) -> bool | None:
     from datasets import load_from_disk
 
     args = recipe.script_args
-    text_only = modality.recipe_reads_text_only(recipe)
+    text_only = loading.recipe_reads_text_only(recipe)
     stats = common.dataset_summary(args.dataset_path)
     all_text = stats.get("chains_in") is not None and stats.get("text_only_chains") == stats["chains_in"]
     try:
@@ -412,7 +412,7 @@ def dry_run(recipe, out=None, err=None) -> int:
              if args.tiny_model else recipe.model_args.model_name_or_path)
     where = "whole model" if args.lora_on_vision else "language model"
     adapter = f"LoRA r={recipe.model_args.lora_r} on the {where}" if recipe.model_args.use_peft else "full fine-tuning"
-    text_only = modality.recipe_reads_text_only(recipe)
+    text_only = loading.recipe_reads_text_only(recipe)
     tower = ("text only, no vision tower" if text_only else
              f"vision tower {'frozen' if args.freeze_vision_tower else 'trained'}")
     lines = [("method", f"{recipe.method} ({type(targs).__name__})"),
@@ -490,7 +490,7 @@ def _check_data(recipe, lines: list, problems: list) -> int:
         return rows.get(TRAIN, 0)
 
     sampled, images = {}, []
-    text_only = modality.recipe_reads_text_only(recipe)
+    text_only = loading.recipe_reads_text_only(recipe)
     for name in (TRAIN, args.eval_split):
         if not name or name not in data:
             continue
