@@ -220,3 +220,15 @@ def test_the_dry_run_of_a_text_recipe_says_text_only(text_data, tmp_path, capsys
                        "--output_dir", str(tmp_path / "run"), "--dry-run"])
     out = capsys.readouterr().out
     assert code == 0 and "text only, no vision tower" in out and "dry run: ok" in out
+
+
+def test_a_hub_text_recipe_is_known_text_only_offline(pictured, tmp_path, monkeypatch, capsys):
+    """Qwen2.5-1.5B not in the local cache: archs knows its family, so the dry run still refuses pictured data."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    code = stepcritic(["train", "--config", "qwen2.5-1.5b/prm-lora", "--dataset_path", pictured[1],
+                       "--output_dir", str(tmp_path / "run"), "--dry-run"])
+    captured = capsys.readouterr()
+    assert code == 2 and "text only, no vision tower" in captured.out
+    (line,) = captured.err.strip().splitlines()
+    assert "'Qwen/Qwen2.5-1.5B-Instruct' reads text only" in line

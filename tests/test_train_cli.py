@@ -43,6 +43,15 @@ def built(tmp_path_factory):
     return {kind: str(root / kind) for kind in kinds}
 
 
+@pytest.fixture(scope="module")
+def built_text(tmp_path_factory):
+    """The same kinds built from text-only chains, for the recipes of text-only models."""
+    from text_chains import ingest_and_build, sums
+
+    kinds = {kinds[0] for kinds in DATASET_KINDS.values()}
+    return ingest_and_build(sums(), tmp_path_factory.mktemp("text"), sorted(kinds))[1]
+
+
 def one_error_line(capsys) -> str:
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("stepcritic train: error: ") and "Traceback" not in line
@@ -249,11 +258,12 @@ def test_a_rerun_resumes_the_checkpoint_weights_and_every_run_ends_with_one_line
 
 # ----------------------------------------------------------------------------- dry runs
 
-def test_every_shipped_recipe_dry_runs_in_seconds_without_loading_a_model(built, tmp_path, monkeypatch):
+def test_every_shipped_recipe_dry_runs_in_seconds_without_loading_a_model(built, built_text, tmp_path, monkeypatch):
     """No dry run builds the tiny critic (the GPU size pre-trains for many minutes) or loads any weights."""
     import transformers
     from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
+    from stepcritic.train.loading import recipe_reads_text_only
     from stepcritic.train.preflight import dry_run
     from stepcritic.train.tiny import cache, model, shipped
 
@@ -269,7 +279,8 @@ def test_every_shipped_recipe_dry_runs_in_seconds_without_loading_a_model(built,
     slow = {}
     for name in recipes.names():
         recipe = parse_recipe(name)
-        recipe = parse_recipe(name, ["--dataset_path", built[recipe.script_args.dataset_kind],
+        data = built_text if recipe_reads_text_only(recipe) else built
+        recipe = parse_recipe(name, ["--dataset_path", data[recipe.script_args.dataset_kind],
                                      "--output_dir", str(tmp_path / name)])
         out, err = io.StringIO(), io.StringIO()
         started = time.monotonic()

@@ -44,15 +44,21 @@ def reads_text_only(path: str | os.PathLike, revision: str | None = None) -> boo
 
 
 def recipe_reads_text_only(recipe) -> bool | None:
-    """Whether the recipe's model reads text only; None when its config cannot be read here (a Hub name not in the
-    local cache: loading the model then fails with its own line). Never builds the tiny critic."""
+    """Whether the recipe's model reads text only: from its config, else (a Hub name not in the local cache) from the
+    families `archs` knows; None when neither says. Never builds the tiny critic."""
     args = recipe.script_args
     if args.tiny_model:
         return args.tiny_model_arch == "text"
+    name = recipe.model_args.model_name_or_path
     try:
-        return reads_text_only(recipe.model_args.model_name_or_path, recipe.model_args.model_revision)
-    except Exception:  # offline Hub, a typo, a missing folder: reported where the model loads
-        return None
+        return reads_text_only(name, recipe.model_args.model_revision)
+    except Exception:  # offline Hub, a typo, a missing folder: the families the recipes name are known without it
+        from stepcritic.train import archs
+
+        try:
+            return archs.model_type_of(name) in archs.TEXT_MODEL_TYPES
+        except (KeyError, ValueError):
+            return None  # reported where the model loads
 
 
 def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, revision: str | None = None,

@@ -80,6 +80,8 @@ def write_model_card(recipe, output_dir: str, metrics: dict, trainable: int, tot
     args = recipe.script_args
     if args.tiny_model and args.tiny_pretrained_base:
         base = f"StepCritic tiny base, pretrained on rendered scenes ({recipe.model_path()})"
+    elif args.tiny_model and args.tiny_model_arch == "text":
+        base = "StepCritic tiny text critic (random init, offline; a Qwen2 causal LM reading text only)"
     elif args.tiny_model:
         base = (f"StepCritic tiny critic (random init, offline; vision tower pre-trained "
                 f"{args.tiny_vision_pretrain_steps} steps, language model {args.tiny_base_pretrain_steps} steps on "
