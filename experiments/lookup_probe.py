@@ -32,7 +32,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.experiments.lookup_probe",
                                                description=__doc__.splitlines()[0])
     parser.add_argument("--question", default="exists", help="a question kind of scene_qa (exists, colour, where...)")
-    parser.add_argument("--scene", choices=("image", "text"), default="image")
+    parser.add_argument("--scene", choices=("image", "text", "describe"), default="image",
+                        help="image: the picture; text: its caption in the prompt instead; describe: the picture, and "
+                             "the answer starts by describing it (the caption, then the answer)")
     parser.add_argument("--steps", type=int, default=800, help="training steps on the question (batch 16)")
     parser.add_argument("--induction-steps", type=int, default=0, help="steps on repeated word lists first")
     parser.add_argument("--align-steps", type=int, default=0,
@@ -45,9 +47,10 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     return parser
 
 
-def conversations(ask, rng: random.Random, n: int, items: tuple, as_text: bool, scenes: list | None = None) -> list:
-    """`n` single questions of one kind, each with its scene as a picture or as its caption; the scenes' items are
-    appended to `scenes` when given."""
+def conversations(ask, rng: random.Random, n: int, items: tuple, scene_as: str,
+                  scenes: list | None = None) -> list:
+    """`n` single questions of one kind, each with its scene as a picture or as its caption (`--scene`); the scenes'
+    items are appended to `scenes` when given."""
     from trl.data_utils import prepare_multimodal_messages
 
     from stepcritic.data_prep.images import to_rgb
@@ -63,8 +66,10 @@ def conversations(ask, rng: random.Random, n: int, items: tuple, as_text: bool, 
         question, answer = asked
         if scenes is not None:
             scenes.append(scene)
+        if scene_as == "describe":  # look first, in words the model writes itself; then answer from them
+            answer = f"{caption(scene)} {answer}"
         answer_turn = {"role": "assistant", "content": [{"type": "text", "text": answer}]}
-        if as_text:  # no image token at all: the chat template of a text-only conversation
+        if scene_as == "text":  # no image token at all: the chat template of a text-only conversation
             out.append([{"role": "user", "content": [{"type": "text", "text": f"{caption(scene)} {question}"}]},
                         answer_turn])
         else:
@@ -74,12 +79,12 @@ def conversations(ask, rng: random.Random, n: int, items: tuple, as_text: bool, 
     return out
 
 
-def encode(processor, convs: list, as_text: bool) -> dict:
+def encode(processor, convs: list, scene_as: str) -> dict:
     import torch
 
     from stepcritic.train.tiny.base_pretrain import encode as encode_with_image
 
-    if not as_text:
+    if scene_as != "text":
         return encode_with_image(processor, convs)
     batch = processor.tokenizer.apply_chat_template(convs, tokenize=True, return_dict=True, return_tensors="pt",
                                                     return_assistant_tokens_mask=True, padding=True)
@@ -118,8 +123,8 @@ def main(args: argparse.Namespace) -> list[dict]:
         raise SystemExit(f"--question {args.question!r} is not a scene question; choose one of {names}")
     out = args.out or tempfile.mkdtemp(prefix="lookup-probe-")
     model, processor = load_critic(build_tiny_critic(os.path.join(out, "init"), vision_pretrain_steps=400))
-    as_text = args.scene == "text"
-    held_out = encode(processor, conversations(ask, random.Random(999), 128, tuple(args.items), as_text), as_text)
+    held_out = encode(processor, conversations(ask, random.Random(999), 128, tuple(args.items), args.scene),
+                      args.scene)
     archs.freeze_vision_tower(model)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=args.learning_rate, betas=(0.9, 0.98))
@@ -134,10 +139,11 @@ def main(args: argparse.Namespace) -> list[dict]:
             loss = model(**repeated_word_batch(processor.tokenizer, rng, 16)).loss
         elif step < aligned:  # scenes as pictures, whatever --scene says: this stage trains the projector
             scenes = []
-            batch = encode(processor, conversations(ask, rng, 16, tuple(args.items), False, scenes), False)
+            batch = encode(processor, conversations(ask, rng, 16, tuple(args.items), "image", scenes), "image")
             loss = alignment_loss(model, batch["pixel_values"], cell_words(processor.tokenizer, scenes))
         else:
-            loss = model(**encode(processor, conversations(ask, rng, 16, tuple(args.items), as_text), as_text)).loss
+            asked = conversations(ask, rng, 16, tuple(args.items), args.scene)
+            loss = model(**encode(processor, asked, args.scene)).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)

@@ -20,8 +20,8 @@ def test_the_second_half_of_each_word_list_repeats_the_first_token_for_token():
 
 
 def test_a_text_scene_states_its_caption_and_shows_no_image_and_answers_like_the_picture():
-    as_text = conversations(scene_qa._exists, random.Random(3), 5, (2, 4), as_text=True)
-    as_image = conversations(scene_qa._exists, random.Random(3), 5, (2, 4), as_text=False)
+    as_text = conversations(scene_qa._exists, random.Random(3), 5, (2, 4), "text")
+    as_image = conversations(scene_qa._exists, random.Random(3), 5, (2, 4), "image")
     for text, image in zip(as_text, as_image):
         assert [part["type"] for part in text[0]["content"]] == ["text"]
         assert text[0]["content"][0]["text"].endswith(image[0]["content"][1]["text"])  # same question
