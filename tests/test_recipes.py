@@ -53,7 +53,7 @@ def test_expected_recipes_are_shipped():
         *(f"{folder}/{m}-lora.yaml" for folder in NEW_FAMILY_FOLDERS for m in ("sft", "dpo", "prm", "reward")),
         *(f"tiny/{m}.yaml" for m in ("critique-sft", "prm", "dpo", "reward", "grpo")),
         *(f"{folder}/{m}-lora.yaml" for folder in TEXT_FAMILY_FOLDERS for m in ("sft", "dpo", "prm", "reward")),
-        *(f"tiny-text/{m}.yaml" for m in ("critique-sft", "prm", "dpo", "reward")),
+        *(f"tiny-text/{m}.yaml" for m in ("critique-sft", "prm", "dpo", "reward", "grpo")),
     }
     assert expected <= {name_of(p) for p in RECIPES}
 
