@@ -204,13 +204,19 @@ def _cached_values(questions: dict, groups: list[str], n: int | None, max_subset
     whole questions, whose values it then reads instead of drawing and scoring their subsets again."""
     if memo is None or keys is None:
         return _many_question_values(questions, groups, n, max_subsets, seed, selectors)
-    # kept per setting and question, with the candidates they were computed from, as tuples of shared floats: at
-    # 100,000 chains, dicts of their own were a tenth of the job's memory
+    # kept per setting and question as tuples of shared floats (at 100,000 chains, dicts of their own were a tenth of
+    # the job's memory), valid while the question has the candidates they were computed from
+    ids = memo.setdefault("ids", {})
     kept = memo.setdefault((n, max_subsets, seed, tuple(selectors)), {})
-    missing = [g for g in groups if kept.get(g, (None,))[0] != keys[g]]
+    for g in groups:
+        if ids.get(g) != keys[g]:  # other candidates than before: every value of the question is stale
+            ids[g] = keys[g]
+            for values in (v for k, v in memo.items() if isinstance(k, tuple)):
+                values.pop(g, None)
+    missing = [g for g in groups if g not in kept]
     for g, v in zip(missing, _many_question_values(questions, missing, n, max_subsets, seed, selectors)):
-        kept[g] = (keys[g], tuple(_shared(memo, v[m]) for m in METHODS))
-    return [dict(zip(METHODS, kept[g][1])) for g in groups]
+        kept[g] = tuple(_shared(memo, v[m]) for m in METHODS)
+    return [dict(zip(METHODS, kept[g])) for g in groups]
 
 
 def _shared(memo: dict, value):
@@ -330,7 +336,7 @@ def keyed_candidates(gold: list[dict], preds: list[dict], memo: dict | None = No
             continue
         if chain["chain_id"] not in made:
             c = candidate(chain, pred)
-            made[chain["chain_id"]] = (c["correct"], c["answer"],
+            made[chain["chain_id"]] = (c["correct"], _shared(memo, c["answer"]),
                                        *(_shared(memo, c["scores"][s]) for s in SELECTORS))
         groups[chain["group_id"]].append((chain["chain_id"], made[chain["chain_id"]]))
     kept = {g: c for g, c in groups.items() if len(c) >= 2}

@@ -3,8 +3,9 @@
 Each headline metric has a statistic here that recomputes it, per resample of the questions
 (`bootstrap.GroupBootstrap`), from the same items the metric function reads (the view's positions in the arrays of
 `columns`), with the same rules (gold None skipped, an unparsed verdict counts as not flagged, unreferenced incorrect
-steps left out of explanation F1...). With every question drawn once a statistic gives the metric's own value; a test checks
-that. The interval is stored beside the value, at the metric's `ci_key`; an undefined metric has none (None).
+steps left out of explanation F1...). With every question drawn once a statistic gives the metric's own value; a
+test checks that. The interval is stored beside the value, at the metric's `ci_key`; an undefined metric has none
+(None).
 """
 
 from __future__ import annotations

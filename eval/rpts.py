@@ -105,7 +105,7 @@ class Trees:
         self.answer = np.fromiter((nan if c["answer_correct"] is None else float(c["answer_correct"]) for c in gold),
                                   dtype=float, count=len(gold))
         self.n_steps = np.array([len(c["steps"]) for c in gold], dtype=np.int64)
-        self.chain = np.repeat(np.arange(len(gold), dtype=np.int64), self.n_steps)
+        self.chain = np.repeat(np.arange(len(gold), dtype=np.int32), self.n_steps)
 
     def take(self, chains) -> "Trees":
         """The trees of the chains at positions `chains` (ascending)."""
@@ -122,7 +122,7 @@ class Trees:
             setattr(out, name, getattr(self, name)[chains])
         out.source = [self.source[i] for i in chains.tolist()]
         out.malformed = [self.malformed[i] for i in chains.tolist()]
-        out.chain = np.repeat(np.arange(len(chains), dtype=np.int64), out.n_steps)
+        out.chain = np.repeat(np.arange(len(chains), dtype=np.int32), out.n_steps)
         return out
 
     def score(self, scores, lam: float, h_f: int | None, reads=None):

@@ -220,6 +220,9 @@ def test_best_of_n_equals_scoring_every_subset_one_by_one(seed):
     memo = {}
     keyed = {g: tuple(range(len(c))) for g, c in questions.items()}
     assert bon.best_of_n(questions, 8, seed, memo, keyed) == got == bon.best_of_n(questions, 8, seed, memo, keyed)
+    # a question whose candidates change is computed again, not read from what was kept
+    changed = dict(questions, q0=[dict(c, correct=not c["correct"]) for c in questions["q0"]])
+    assert bon.best_of_n(changed, 8, seed, memo, dict(keyed, q0=("other",))) == bon.best_of_n(changed, 8, seed)
 
 
 # ----------------------------------------------------------------------------- sections and breakdowns
