@@ -5,8 +5,8 @@ not critiques of a chain, so they do not go through `Judge.judge_stream`; they s
 has a key, a hash of everything that decides its answer (the judge's fingerprint, the template, the texts shown),
 and the answers are kept in a `cache.JsonlLog` under that key: a rerun asks only what is missing, and two
 questions with the same content (the gold critique of a chain, shown to one corrector for several judges) are
-asked once. An answer is appended (flushed and fsynced) before the next one is asked for, through the judge's
-`generate_stream` (`GenerativeJudge`: a batch at a time; the OpenAI-compatible judge: at most `concurrency`
+asked once. An answer is appended (flushed at once, fsynced in groups) before the next one is asked for, through
+the judge's `generate_stream` (`GenerativeJudge`: a batch at a time; the OpenAI-compatible judge: at most `concurrency`
 requests unsaved), so a killed run repeats only what was in flight. A failed request is not saved: the run
 treats its question as unanswered and a rerun asks it again.
 
