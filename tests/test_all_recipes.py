@@ -1,10 +1,11 @@
 """Every shipped recipe trains on data made by `stepcritic data build`, so no recipe can drift from the data contract.
 
 The README's path, offline: `stepcritic data synth` -> `stepcritic data build` of every dataset kind -> every recipe
-under recipes/ for one optimiser step (text-only models on text-only chains ingested from ProcessBench's layout) (the real-model recipes with a tiny random checkpoint of the same
-architecture from `offline_models.build_random_checkpoint`, their LoRA setting kept), including an evaluation
-step where the recipe evaluates; `--dry-run` of every recipe on the built data; and the user mistakes that must
-fail fast with one line: a PRM recipe on critique data, a missing dataset_path.
+under recipes/ for one optimiser step (text-only models on text-only chains ingested from ProcessBench's layout;
+the real-model recipes with a tiny random checkpoint of the same architecture from
+`offline_models.build_random_checkpoint`, their LoRA setting kept), including an evaluation step where the recipe
+evaluates; `--dry-run` of every recipe on the built data; and the user mistakes that must fail fast with one line:
+a PRM recipe on critique data, a missing dataset_path.
 
 Time: the dry runs cover every recipe in the default suite (a fraction of a second each). Training runs there for
 one recipe per (architecture, method); the others, which differ from it only in sizes (the 7B twins of the 3B

@@ -67,7 +67,8 @@ def test_recipe_parses(path):
     assert recipe.script_args.dataset_kind in DATASET_KINDS[recipe.method]
     text = reads_text_only(recipe)
     data = f"data/text/{recipe.script_args.dataset_kind}" if text else f"data/{recipe.script_args.dataset_kind}"
-    if name_of(path).startswith(("tiny/", "tiny-text/")):  # the README's folders: data from `data build`, models to runs/
+    # the README's folders: data from `data build`, models to runs/
+    if name_of(path).startswith(("tiny/", "tiny-text/")):
         assert recipe.script_args.dataset_path == data
         assert recipe.training_args.output_dir.startswith("runs/")
         # a rerun resumes instead of training again from the start

@@ -201,8 +201,10 @@ def test_rows_whose_image_parts_have_no_image_are_refused(text_data, tmp_path):
 
     data["train"] = data["train"].map(add_placeholder)
     data.save_to_disk(str(tmp_path / "broken"))
-    recipe = parse_recipe(os.path.join(REPO, "recipes", "tiny", "prm.yaml"), dict(dataset_path=str(tmp_path / "broken")))
-    with pytest.raises(ModalityMismatch, match=r"\[train\] row 0: its messages show 1 image\(s\) but the row carries 0"):
+    recipe = parse_recipe(os.path.join(REPO, "recipes", "tiny", "prm.yaml"),
+                          dict(dataset_path=str(tmp_path / "broken")))
+    shown = r"\[train\] row 0: its messages show 1 image\(s\) but the row carries 0"
+    with pytest.raises(ModalityMismatch, match=shown):
         check_modality(recipe)
 
 

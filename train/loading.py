@@ -67,8 +67,6 @@ def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, re
     `trainable`). `dtype` and `init_kwargs` go to `from_pretrained` (a torch dtype, its name, or "auto")."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    from stepcritic.train import modality
-
     path = str(path)
     base = adapter_base(path)
     text_only = reads_text_only(base or path, revision)

@@ -1,12 +1,12 @@
 """`train(recipe)`: one training run, whatever the method.
 
-Order of a run: check the data against the recipe (kind, splits, columns, and images against what the model
-reads: before any weights load, so a wrong dataset fails in a second), seed, data, load model + processor, LoRA / freezing, build the method's trainer, train
-(resuming from the latest checkpoint in `output_dir` when there is one, or starting over when
-`overwrite_output_dir` says so), save model + processor, model card, optional adapter merge, and one closing line
-in words: where the critic is, after how many steps and how long, its final loss and the command that evaluates
-it. Progress is logged as lines in words too, with transformers' bar only on a terminal. Each method module
-exposes `build_trainer(recipe, model, processor, train, eval)`.
+Order of a run: check the data against the recipe (kind, splits, columns, and images against what the model reads:
+before any weights load, so a wrong dataset fails in a second), seed, data, load model + processor, LoRA / freezing,
+build the method's trainer, train (resuming from the latest checkpoint in `output_dir` when there is one, or
+starting over when `overwrite_output_dir` says so), save model + processor, model card, optional adapter merge, and
+one closing line in words: where the critic is, after how many steps and how long, its final loss and the command
+that evaluates it. Progress is logged as lines in words too, with transformers' bar only on a terminal. Each method
+module exposes `build_trainer(recipe, model, processor, train, eval)`.
 
 Whether `output_dir` may be written at all is the caller's check (`preflight.check_output_dir`, which
 `stepcritic train` runs first): a script that trains into a folder it owns, as `stepcritic demo` does, replaces

@@ -1,8 +1,8 @@
 """`method: sft`: supervised fine-tuning of a critic on critique or verifier rows.
 
-TRL's `SFTTrainer` on conversational rows (`messages` + `images`; a text model's rows as text, see `modality`) with `assistant_only_loss`, so the loss
-covers only what the critic writes (the JSON critique, or a verifier's answer); the prompt, the chain and the
-image tokens are context, never targets. `method: prm` reuses these checks in `prm.py`.
+TRL's `SFTTrainer` on conversational rows (`messages` + `images`; a text model's rows as text, see `modality`) with
+`assistant_only_loss`, so the loss covers only what the critic writes (the JSON critique, or a verifier's answer);
+the prompt, the chain and the image tokens are context, never targets. `method: prm` reuses these checks in `prm.py`.
 """
 
 from __future__ import annotations

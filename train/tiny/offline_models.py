@@ -319,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Save a randomly initialised checkpoint of a recipe's architecture with an offline processor.")
     parser.add_argument("--model", required=True,
                         help="Hub name, alias (qwen2.5-vl-3b, qwen2.5-vl-7b, qwen3-vl-4b, qwen3-vl-8b, gemma-3-4b, "
-                             "internvl3-2b, internvl3-8b, smolvlm, and the text-only qwen2.5-1.5b, qwen3-1.7b) or model type "
+                             "internvl3-2b, internvl3-8b, smolvlm, and the text-only qwen2.5-1.5b, qwen3-1.7b) or "
+                             "model type "
                              "(llava, qwen2_5_vl, qwen3_vl, gemma3, internvl, idefics3, qwen2, qwen3; tiny only)")
     parser.add_argument("--size", choices=SIZES, default="tiny", help="tiny test shape or the published shape")
     parser.add_argument("--out", required=True, help="output folder")
