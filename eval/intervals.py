@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from stepcritic.eval import best_of_n, verifier
+from stepcritic.eval import best_of_n, process, verifier
 from stepcritic.eval import metrics as M
 from stepcritic.eval import tasks as T
 from stepcritic.eval.bootstrap import GroupBootstrap, interval
@@ -127,11 +127,38 @@ def correction_own_gain(data, boot: GroupBootstrap) -> np.ndarray:
     return pcr - ncr
 
 
+def first_error_f1(data, boot: GroupBootstrap) -> np.ndarray:
+    """ProcessBench's F1 per resample: the accuracies on erroneous and on correct chains over the questions drawn,
+    then their harmonic mean."""
+    g, v, a = data.cols, data.view, data.answers
+    kept, erroneous, hit = process.chain_hits(g.correct[v.steps], a.verdict[v.steps], a.unread[v.chains],
+                                              np.searchsorted(v.chains, v.step_chain), len(v.chains),
+                                              g.step_pos[v.steps])
+    groups = boot.codes(g.group_names)[g.group[v.chains[kept]]]
+    hit = hit.astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc_error = boot.ratio(groups, hit * erroneous, erroneous.astype(float))
+        acc_correct = boot.ratio(groups, hit * ~erroneous, (~erroneous).astype(float))
+        both = acc_error + acc_correct
+        return np.where(both > 0, 2 * acc_error * acc_correct / np.where(both > 0, both, 1.0),
+                        np.where(np.isnan(both), np.nan, 0.0))
+
+
+def prmscore(data, boot: GroupBootstrap) -> np.ndarray:
+    """PRMBench's PRMScore per resample: the mean of the two classes' F1 over the steps of the questions drawn."""
+    gold, pred = data.cols.correct[data.view.steps], data.answers.verdict[data.view.steps]
+    known = ~np.isnan(gold)
+    if not known.any():
+        return _undefined(boot)
+    groups, incorrect, flagged = _step_groups(data, boot)[known], gold[known] == 0, pred[known] == 0
+    return (boot.f1(groups, incorrect, flagged) + boot.f1(groups, ~incorrect, ~flagged)) / 2
+
+
 # the statistic of every headline metric (`tasks.Metric.headline`), by metric name
 STATISTICS = {"step_f1": step_f1, "step_auroc": step_auroc, "answer_f1": answer_f1, "viscore": viscore,
               "invalid_rate": invalid_rate, "choice_ranking_accuracy": choice_ranking_accuracy,
               "circular_accuracy": circular_accuracy, "verifier_avg": verifier_avg, "bon_chain": bon_chain,
-              "correction_own_gain": correction_own_gain}
+              "correction_own_gain": correction_own_gain, "first_error_f1": first_error_f1, "prmscore": prmscore}
 
 
 def add_intervals(section: dict, data, tasks, levels=None) -> None:

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from stepcritic.eval import best_of_n as bon
-from stepcritic.eval import columns, correction
+from stepcritic.eval import columns, correction, process
 from stepcritic.eval import metrics as M
 from stepcritic.eval import sweep as sw
 from stepcritic.eval import tasks as T
@@ -285,6 +285,24 @@ def _correction(d: JudgeData) -> dict:
     return correction.section(d.gold, d.corrections)
 
 
+def _first_error(d: JudgeData) -> dict:
+    g, a, v = d.cols, d.answers, d.view
+    chain = np.searchsorted(v.chains, v.step_chain)  # each step's chain as a position in the view
+    verdicts = a.verdict[v.steps]
+    gives = bool(a.unread[v.chains].any() or (~np.isnan(verdicts)).any())
+    return process.section_from_arrays(g.correct[v.steps], verdicts, a.unread[v.chains], chain, len(v.chains),
+                                       g.step_pos[v.steps], gives)
+
+
+def _prmscore(d: JudgeData) -> dict:
+    a, v = d.answers, d.view
+    verdicts = a.verdict[v.steps]
+    out = process.prm_score(d.cols.correct[v.steps], verdicts)
+    if not (a.unread[v.chains].any() or (~np.isnan(verdicts)).any()):  # a judge without step verdicts
+        out.update(prmscore=None, f1_negative=None, f1_positive=None)
+    return out
+
+
 TASK_SECTIONS = {
     "critique": critique_section,
     "choice": lambda d: choice_metrics(d.gold, d.preds),
@@ -293,9 +311,11 @@ TASK_SECTIONS = {
     "rpts": _rpts,
     "best-of-n": _best_of_n,
     "correction": _correction,
+    "first-error": _first_error,
+    "prmscore": _prmscore,
 }
 # the tasks whose sections can be computed on a slice of each chain's steps (the step-type breakdown)
-STEP_SLICEABLE = ("critique", "verifier")
+STEP_SLICEABLE = ("critique", "verifier", "prmscore")
 
 
 # ----------------------------------------------------------------------------- sections, intervals, breakdowns

@@ -9,7 +9,7 @@ A metric that is not registered is not advertised, and a registered one cannot g
 A new task adds a `Task`, its `Metric`s and its section function in `results.TASK_SECTIONS`; the runner, the
 command line and the report pick it up from here.
 
-Only the standard library (and `metrics`, `best_of_n`, `sweep`, `verifier` and `data_prep.prompts`, themselves stdlib
+Only the standard library (and `metrics`, `process`, `best_of_n`, `sweep`, `verifier` and `data_prep.prompts`, themselves stdlib
 at the top) is imported: `stepcritic eval --help` reads the task names from here.
 """
 
@@ -21,6 +21,7 @@ from typing import Callable
 from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS
 from stepcritic.eval import best_of_n as BON
 from stepcritic.eval import metrics as M
+from stepcritic.eval import process as P
 from stepcritic.eval import sweep as S
 from stepcritic.eval.verifier import TABLE_2_ORDER
 
@@ -79,6 +80,12 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     # opt-in: two corrector requests per chain and judge, and a corrector to name
     Task("correction", "corrections", "a corrector revises each chain's answer given the gold critique and given the "
          "judge's own: PCR, NCR and correction gain (VISCO Sec. 3.1.2)", default=False),
+    # opt-in: the process benchmarks' scores, read off the same critiques as the critique task
+    Task("first-error", "critiques", "each judge's first flagged step against the chain's labelled first error (-1: "
+         "none): accuracy on erroneous and on correct chains and their harmonic mean (ProcessBench Sec. 4.1)",
+         default=False),
+    Task("prmscore", "critiques", "PRMBench's PRMScore: the F1 of finding erroneous steps and of finding correct ones, "
+         "weighted equally (PRMBench Sec. 4.1)", default=False),
 )}
 
 NO_VERDICTS = "the judge gives no step verdicts, or no scored step is incorrect"
@@ -327,6 +334,25 @@ _METRICS += [
                "PCR - NCR", f"VISCO's correction gain after {what} (Sec. 3.1.2)", M.correction_gain, "chain",
                "PCR or NCR is undefined", table="correction", headline=setting == "own"),
     )
+]
+# ------------------------------------------------------------------ process benchmarks (`eval/process.py`)
+NO_FIRST_ERROR = "the judge gives no step verdicts, or no chain of that kind has a first-error label"
+_METRICS += [
+    Metric("first_error_accuracy_error", "first-error", "error_accuracy", "FE acc. (error)", True,
+           "mean over chains whose first error is labelled",
+           "share of erroneous chains whose first flagged step is the labelled first error (ProcessBench Sec. 4.1); "
+           "an unreadable output is wrong", P.first_error_accuracy, "chain", NO_FIRST_ERROR),
+    Metric("first_error_accuracy_correct", "first-error", "correct_accuracy", "FE acc. (correct)", True,
+           "mean over chains with every step labelled correct",
+           "share of correct chains in which the judge flags no step (ProcessBench Sec. 4.1); an unreadable output is "
+           "wrong", P.first_error_accuracy, "chain", NO_FIRST_ERROR),
+    Metric("first_error_f1", "first-error", "f1", "FE F1", True, "harmonic mean of the two accuracies",
+           "ProcessBench's F1 (Sec. 4.1, Table 3): 2ab / (a + b) of the accuracy on erroneous (a) and on correct (b) "
+           "chains", P.first_error_accuracy, "chain", "either accuracy is undefined", headline=True),
+    Metric("prmscore", "prmscore", "prmscore", "PRMScore", True, "pooled over all steps with a gold label",
+           "PRMBench's PRMScore (Sec. 4.1): 0.5 F1 of flagging erroneous steps + 0.5 F1 of passing correct ones; a "
+           "step without a verdict counts as passed", P.prm_score, "step",
+           "the judge gives no step verdicts, or the steps are all of one class", headline=True),
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}
 if len(METRICS) != len(_METRICS) or any(m.task not in TASKS for m in _METRICS):
