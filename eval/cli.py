@@ -10,6 +10,8 @@ import argparse
 import os
 
 from stepcritic.eval.best_of_n import DEFAULT_MAX_SUBSETS
+from stepcritic.eval.pairwise import DEFAULT_SELECTOR as PAIRWISE_DEFAULT
+from stepcritic.eval.pairwise import SELECTORS as PAIRWISE_SELECTORS
 from stepcritic.eval.cache import saved_sizes
 from stepcritic.eval.config import EvalConfig
 from stepcritic.eval.errors import EvalError, FailedRequests
@@ -86,6 +88,10 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--bon-subsets", type=int, default=DEFAULT_MAX_SUBSETS, metavar="K",
                         help=f"best-of-n: N-subsets per question, all when there are at most K, else K drawn with a "
                              f"fixed seed (default {DEFAULT_MAX_SUBSETS})")
+    parser.add_argument("--pairwise-score", default=PAIRWISE_DEFAULT, choices=PAIRWISE_SELECTORS,
+                        help=f"pairwise: the score a judge that scores chains prefers a response by: its chain score, "
+                             f"or its step scores' min, mean or last, as best-of-n aggregates them (default "
+                             f"{PAIRWISE_DEFAULT}); a generative judge is asked in both orders instead")
     rpts = parser.add_argument_group("RPTS (--tasks rpts; docs/methods.md)")
     rpts.add_argument("--tree-builder", metavar="SPEC",
                       help="a generative judge spec that restates chains without premises as RPTS trees (cached); "
@@ -167,7 +173,8 @@ def main(args: argparse.Namespace) -> int:
         evaluate(EvalConfig(chains=args.chains, judges=judges, out_dir=args.out, tasks=args.tasks, limit=args.limit,
                             matcher=matcher, progress=not args.no_progress, rpts=settings, tree_builder=builder,
                             corrector=corrector, sweep={"dev_fraction": args.sweep_dev, "seed": args.sweep_seed},
-                            best_of_n={"max_subsets": args.bon_subsets}, allow_failures=args.allow_failures))
+                            best_of_n={"max_subsets": args.bon_subsets}, allow_failures=args.allow_failures,
+                            pairwise={"score": args.pairwise_score}))
     except FailedRequests:
         raise  # its message says what a rerun does
     except EvalError as e:

@@ -36,3 +36,4 @@ class EvalConfig:
     best_of_n: dict | None = None  # {"max_subsets", "seed"} of best-of-n; None for its defaults
     # report even when some requests got no answer, leaving the chains and questions they leave unjudged out
     allow_failures: bool = False
+    pairwise: dict | None = None  # {"score": "chain" / "min" / "mean" / "last"} of the pairwise task; None: "chain"

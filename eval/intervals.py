@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from stepcritic.eval import best_of_n, process, verifier
+from stepcritic.eval import best_of_n, pairwise, process, verifier
 from stepcritic.eval import metrics as M
 from stepcritic.eval import tasks as T
 from stepcritic.eval.bootstrap import GroupBootstrap, interval
@@ -90,7 +90,8 @@ def choice_ranking_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
 
 
 def circular_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
-    outcomes = {g: o for g, o in group_outcomes(data.picks)[0].items() if o["correct"] is not None}
+    picks = [q for q in data.picks if q.get("task") is None]  # ShiftCheck's, not the pairwise task's
+    outcomes = {g: o for g, o in group_outcomes(picks)[0].items() if o["correct"] is not None}
     return boot.ratio(list(outcomes), [float(o["correct"]) for o in outcomes.values()], [1.0] * len(outcomes))
 
 
@@ -154,11 +155,19 @@ def prmscore(data, boot: GroupBootstrap) -> np.ndarray:
     return (boot.f1(groups, incorrect, flagged) + boot.f1(groups, ~incorrect, ~flagged)) / 2
 
 
+def pairwise_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
+    """Pairwise accuracy per resample of the items (groups)."""
+    selector = data.settings.get("pairwise", {}).get("score", pairwise.DEFAULT_SELECTOR)
+    items = pairwise.judged_items(data.gold, data.preds, data.picks, selector)[0]
+    return boot.ratio([i["group_id"] for i in items], [i["hit"] for i in items], [1.0] * len(items))
+
+
 # the statistic of every headline metric (`tasks.Metric.headline`), by metric name
 STATISTICS = {"step_f1": step_f1, "step_auroc": step_auroc, "answer_f1": answer_f1, "viscore": viscore,
               "invalid_rate": invalid_rate, "choice_ranking_accuracy": choice_ranking_accuracy,
               "circular_accuracy": circular_accuracy, "verifier_avg": verifier_avg, "bon_chain": bon_chain,
-              "correction_own_gain": correction_own_gain, "first_error_f1": first_error_f1, "prmscore": prmscore}
+              "correction_own_gain": correction_own_gain, "first_error_f1": first_error_f1, "prmscore": prmscore,
+              "pairwise_accuracy": pairwise_accuracy}
 
 
 def add_intervals(section: dict, data, tasks, levels=None) -> None:

@@ -74,6 +74,22 @@ FIELD_TITLES = {"source": "source", "generator": "generator", "category": "categ
 BREAKDOWN_TABLES = ("leaderboard", "verifier", "sweep", "best_of_n", "correction")
 
 
+def _pairwise_notes(metrics: dict) -> list[str]:
+    """How each judge chose between responses, and its accuracy per subset (the categories have tables of their own)."""
+    if "pairwise" not in metrics["tasks"]:
+        return []
+    lines = ["Pairwise: every two responses of an item with different preference ranks make a pair; a judge that "
+             "scores responses prefers the higher score (equal scores count half), a generative judge is asked which "
+             "is better in both orders (each order counts half; order accuracies and flip rate under Diagnostics). "
+             "Macro: the mean of the per-category (per-subset) accuracies. ACC+: sets whose every pair is right.", ""]
+    for name, result in metrics["judges"].items():
+        sec = result["overall"]["pairwise"]
+        subsets = ", ".join(f"{k}: {_number_or_dash(v)}" for k, v in sec["by_subset"].items() if k != "None")
+        lines.append(f"- `{name}`: {sec['n_items']} items, {sec['n_pairs']} pairs ({sec['n_tied_pairs']} tied pairs "
+                     f"left out), by {sec['score']}" + (f"; by subset {subsets}" if subsets else ""))
+    return lines + [""]
+
+
 def _judges_line(metrics: dict) -> list[str]:
     earlier = metrics.get("earlier_judges") or {}
     lines = []
@@ -277,6 +293,7 @@ def render(metrics: dict) -> str:
     if "shiftcheck" in tasks:
         parts += ["ShiftCheck (every circular shift of up to 4 chains per group must pick the one fully "
                   "correct chain):", *_shiftcheck_notes(metrics), ""]
+    parts += _pairwise_notes(metrics)
     verifier = columns(tasks, "verifier")
     if verifier:
         parts += ["## Verifier tasks", "",

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from stepcritic.eval import best_of_n as bon
-from stepcritic.eval import columns, correction, process
+from stepcritic.eval import columns, correction, pairwise, process
 from stepcritic.eval import metrics as M
 from stepcritic.eval import sweep as sw
 from stepcritic.eval import tasks as T
@@ -303,16 +303,27 @@ def _prmscore(d: JudgeData) -> dict:
     return out
 
 
+def shiftcheck_picks(picks: list[dict]) -> list[dict]:
+    """The ShiftCheck answers among a judge's picks (the pairwise task's questions are picks too)."""
+    return [q for q in picks if q.get("task") is None]
+
+
+def _pairwise(d: JudgeData) -> dict:
+    return pairwise.section(d.gold, d.preds, d.picks, d.settings.get("pairwise", {}).get("score",
+                                                                                         pairwise.DEFAULT_SELECTOR))
+
+
 TASK_SECTIONS = {
     "critique": critique_section,
     "choice": lambda d: choice_metrics(d.gold, d.preds),
-    "shiftcheck": lambda d: M.shiftcheck(d.picks),
+    "shiftcheck": lambda d: M.shiftcheck(shiftcheck_picks(d.picks)),
     "verifier": lambda d: verifier_task.section(d.gold, d.verifier),
     "rpts": _rpts,
     "best-of-n": _best_of_n,
     "correction": _correction,
     "first-error": _first_error,
     "prmscore": _prmscore,
+    "pairwise": _pairwise,
 }
 # the tasks whose sections can be computed on a slice of each chain's steps (the step-type breakdown)
 STEP_SLICEABLE = ("critique", "verifier", "prmscore")
@@ -435,6 +446,8 @@ def _compute_metrics(gold: list[dict], answers: dict, config: EvalConfig, matche
     # one split for every judge and every breakdown: a question chooses thresholds or is tested, never both
     dev = sw.dev_groups((c["group_id"] for c in gold), sweep["dev_fraction"], sweep["seed"])
     options = {"dev": dev, "best_of_n": best_of_n}
+    if "pairwise" in tasks:
+        options["pairwise"] = {"score": pairwise.DEFAULT_SELECTOR, **(config.pairwise or {})}
     plan = {field: spec for field, spec in breakdown_plan(gold).items()
             if any(m.level in spec["levels"] for m in T.metrics_for(tasks))}
     cols = columns.Gold(gold)  # every judge's arrays index the same gold arrays

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepcritic.data_prep.schema import load_chains
-from stepcritic.eval import correction, report, verifier
+from stepcritic.eval import correction, pairwise, report, verifier
 from stepcritic.eval import failures as failed
 from stepcritic.eval import tasks as registry
 from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, write_jsonl_atomic
@@ -67,7 +67,8 @@ def gold_view(dataset, verifier_targets: bool = True) -> list[dict]:
     `verifier_targets` (no verifier task asked) the human labels of the verifier tasks are left out: nine per
     step, they took more time than all the rest."""
     columns = ["chain_id", "group_id", "source", "generator", "category", "question", "final_answer",
-               "reference_answer", "answer_correct", "chain_correct", "steps", "meta"]
+               "reference_answer", "answer_correct", "chain_correct", "steps", "meta", "preference_rank", "subset",
+               "set_id"]
     gold = []
     # one object per distinct value of what repeats (a chain's source, a step's type, score, premises, an empty list
     # of reference critiques...), not one per chain or step: 100,000 chains hold half a million of each. The gold
@@ -96,6 +97,9 @@ def gold_view(dataset, verifier_targets: bool = True) -> list[dict]:
             # the texts, for what shows a chain to a model after judging: the corrector, an LLM explanation matcher
             "question": shared["question"], "final_answer": shared["final_answer"],
             "reference_answer": shared["reference_answer"],
+            # a pairwise item's preference among its group's responses (`docs/data.md`), None elsewhere
+            "preference_rank": chain.get("preference_rank"), "subset": keep(chain.get("subset"), chain.get("subset")),
+            "set_id": chain.get("set_id"),
             "steps": [{"type": keep(s["type"], s["type"]), "correct": s["correct"],
                        "human_score": keep(s["human_score"], s["human_score"]),
                        "explanations": same_list(explanations, s["explanations"]),
@@ -371,6 +375,8 @@ def make_plan(config: EvalConfig) -> Plan:
     needs = {registry.TASKS[t].needs for t in tasks}
     gold = gold_view(plain, verifier_targets="verifier" in needs)
     questions = shifted_questions(shiftcheck_questions(gold)) if "picks" in needs else []
+    if "pairwise" in needs:  # each pair in both orders, asked of a generative judge, of the others from their scores
+        questions += pairwise.questions(gold)
     if corrector is not None and "correction" not in tasks:
         raise EvalError("a corrector only serves the correction task: add --tasks correction")
     if "correction" in tasks:
@@ -379,7 +385,7 @@ def make_plan(config: EvalConfig) -> Plan:
         os.makedirs(config.out_dir, exist_ok=True)
     except OSError as e:
         raise EvalError(f"output folder {config.out_dir}: {e.strerror}") from None
-    return Plan(plain, decoded, gold, questions, wants_critiques=bool(needs & {"critiques", "corrections"}),
+    return Plan(plain, decoded, gold, questions, wants_critiques=bool(needs & {"critiques", "corrections", "pairwise"}),
                 wants_verifier="verifier" in needs)
 
 

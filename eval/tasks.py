@@ -9,7 +9,7 @@ A metric that is not registered is not advertised, and a registered one cannot g
 A new task adds a `Task`, its `Metric`s and its section function in `results.TASK_SECTIONS`; the runner, the
 command line and the report pick it up from here.
 
-Only the standard library (and `metrics`, `process`, `best_of_n`, `sweep`, `verifier` and `data_prep.prompts`, themselves stdlib
+Only the standard library (and `metrics`, `process`, `pairwise`, `best_of_n`, `sweep`, `verifier` and `data_prep.prompts`, themselves stdlib
 at the top) is imported: `stepcritic eval --help` reads the task names from here.
 """
 
@@ -21,6 +21,7 @@ from typing import Callable
 from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS
 from stepcritic.eval import best_of_n as BON
 from stepcritic.eval import metrics as M
+from stepcritic.eval import pairwise as PW
 from stepcritic.eval import process as P
 from stepcritic.eval import sweep as S
 from stepcritic.eval.verifier import TABLE_2_ORDER
@@ -30,6 +31,7 @@ from stepcritic.eval.verifier import TABLE_2_ORDER
 class Task:
     name: str
     needs: str        # what the runner asks each judge for: "critiques" (one per chain), "picks" (ShiftCheck),
+    #                   "pairwise" (critiques, and of a generative judge its choice of each pair in both orders),
     #                   "verifier" (the answers to every verifier task, `eval/verifier.py`) or "corrections"
     #                   (critiques, then a corrector's answers after them, `eval/correction.py`)
     description: str
@@ -84,6 +86,10 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("first-error", "critiques", "each judge's first flagged step against the chain's labelled first error (-1: "
          "none): accuracy on erroneous and on correct chains and their harmonic mean (ProcessBench Sec. 4.1)",
          default=False),
+    # opt-in: a generative judge is asked each pair in both orders, two requests more per pair
+    Task("pairwise", "pairwise", "reward-model benchmarks' preference items: each judge prefers one of two responses "
+         "(higher score, or asked in both orders); accuracy, per category, macro, ACC+ (VL-RewardBench, Multimodal "
+         "RewardBench, MM-RLHF-RewardBench)", default=False),
     Task("prmscore", "critiques", "PRMBench's PRMScore: the F1 of finding erroneous steps and of finding correct ones, "
          "weighted equally (PRMBench Sec. 4.1)", default=False),
 )}
@@ -353,6 +359,35 @@ _METRICS += [
            "PRMBench's PRMScore (Sec. 4.1): 0.5 F1 of flagging erroneous steps + 0.5 F1 of passing correct ones; a "
            "step without a verdict counts as passed", P.prm_score, "step",
            "the judge gives no step verdicts, or the steps are all of one class", headline=True),
+]
+# ------------------------------------------------------------------ pairwise (`eval/pairwise.py`)
+NO_PAIRS = "no group has two responses of different preference rank, or the judge gives no such score"
+_ITEMS = "mean over items (groups of ranked responses), an item the mean over its pairs"
+NOT_ASKED = ("the judge scores responses (its choice does not depend on the order), or no pair has both orders "
+             "answered")
+_METRICS += [
+    Metric("pairwise_accuracy", "pairwise", "accuracy", "Pair acc.", True, _ITEMS,
+           "share of items whose preferred response the judge prefers (VL-RewardBench's overall accuracy, Multimodal "
+           "RewardBench's accuracy); equal scores count half, a generative judge's two orders count half each",
+           PW.accuracy, "group", NO_PAIRS, headline=True),
+    Metric("pairwise_macro_category", "pairwise", "macro.category", "Pair macro (category)", True,
+           "mean of the per-category accuracies", "each category's accuracy counting once, however many items it "
+           "holds (VL-RewardBench's macro average accuracy)", PW.accuracy, "group", NO_PAIRS),
+    Metric("pairwise_macro_subset", "pairwise", "macro.subset", "Pair macro (subset)", True,
+           "mean of the per-subset accuracies", "the same over the data's `subset` (VL-RewardBench's domains: "
+           "general, hallucination, reasoning)", PW.accuracy, "group", NO_PAIRS),
+    Metric("pairwise_acc_plus", "pairwise", "acc_plus", "ACC+", True, "mean over sets (`set_id`)",
+           "share of sets whose every pair the judge gets right, a tie not right (MM-RLHF-RewardBench's ACC+)",
+           PW.acc_plus, "group", NO_PAIRS + ", or no item belongs to a set"),
+    Metric("pairwise_accuracy_first", "pairwise", "order.first", "Pair acc. (data order)", True,
+           "mean over pairs asked in both orders", "accuracy of a generative judge shown the responses in the "
+           "data's order (by chain id)", PW.order_stats, "group", NOT_ASKED, table="diagnostics"),
+    Metric("pairwise_accuracy_swapped", "pairwise", "order.swapped", "Pair acc. (swapped)", True,
+           "mean over pairs asked in both orders", "accuracy of the same judge shown them swapped", PW.order_stats,
+           "group", NOT_ASKED, table="diagnostics"),
+    Metric("pairwise_flip_rate", "pairwise", "flip_rate", "Pair flip %", False, "mean over pairs asked in both orders",
+           "share of pairs whose chosen response changes when the order is swapped (JudgeBench's and CMMU's position "
+           "consistency); an unreadable reply is a flip", PW.order_stats, "group", NOT_ASKED, table="diagnostics"),
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}
 if len(METRICS) != len(_METRICS) or any(m.task not in TASKS for m in _METRICS):

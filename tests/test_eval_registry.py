@@ -18,7 +18,7 @@ from stepcritic.data_prep.prompts import VERIFIER_TASKS
 from stepcritic.data_prep.schema import save_chains
 from stepcritic.data_prep.synth import synthesize
 from stepcritic.eval import correction, intervals, results, verifier
-from stepcritic.eval.judges.base import Critique, Judge
+from stepcritic.eval.judges.base import Critique, Judge, best_index
 from stepcritic.eval.runner import TASKS, build_judge, evaluate
 from stepcritic.eval.tasks import METRICS, find, has, lookup, metrics_for
 
@@ -54,6 +54,14 @@ class NoisyOracle(Judge):
     def verifier(self, task):
         return NoisyVerifier(f"{self.spec} [verifier {task}]", task=task)
 
+    # asked which chain is best, as a generative judge is (the pairwise task then asks it in both orders): it picks
+    # by the same chain scores, so ShiftCheck gets the answers it would get from them
+    def pick_best(self, chains):
+        return best_index([c.chain_score for c in self.judge_batch(chains)])
+
+    def picks_by_chain_score(self):
+        return False
+
 
 class NoisyVerifier(Judge):
     """The noisy oracle's answers to one verifier task: about one in five another label, one in twenty none."""
@@ -84,6 +92,10 @@ def synthetic_chains():
     for i, c in enumerate(chains):
         c["source"] = "synthetic" if int(c["chain_id"].split("-g")[1][:6]) % 2 else "other-source"
         c["generator"] = "model-a" if i % 2 else "model-b"
+        # every question a pairwise item too: its right chains preferred, two subsets, questions in sets of two
+        question = sorted({d["group_id"] for d in chains}).index(c["group_id"])
+        c.update(preference_rank=1 if c["chain_correct"] else 2, subset=f"subset-{question % 2}",
+                 set_id=f"set-{question // 2}")
     return chains
 
 

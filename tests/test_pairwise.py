@@ -1,0 +1,133 @@
+"""`--tasks pairwise`: accuracy, per category and subset, macro, ACC+, ties, and a generative judge asked in both
+orders, through `stepcritic eval` on the reward-benchmark fixtures.
+
+The aggregation tests are constructed examples, not published rows: VL-RewardBench's item counts per domain (Sec. 3:
+183 general, 749 hallucination, 318 reasoning) are the paper's, the accuracies are made up, and the check is the rule
+its tables follow (overall: over items; macro average: the mean of the three domain accuracies). Multimodal
+RewardBench's overall over its areas and MM-RLHF-RewardBench's ACC+ are checked the same way, on constructed items.
+"""
+
+import json
+
+import pytest
+
+from stepcritic.cli import main as stepcritic
+from stepcritic.eval import pairwise as PW
+from stepcritic.eval.judges.base import Critique, Judge
+from stepcritic.eval.judges.generative import GenerativeJudge, Reply
+from stepcritic.eval.runner import evaluate
+from stepcritic.eval.tasks import TASKS
+
+FIXTURES = "tests/fixtures"
+
+
+def items(counts_and_hits: dict, field: str = "subset") -> list[dict]:
+    out = []
+    for name, (n, right) in counts_and_hits.items():
+        out += [{"hit": float(k < right), "pairs": [float(k < right)], "category": None, "subset": None,
+                 "set_id": None, field: name} for k in range(n)]
+    return out
+
+
+def test_vl_rewardbench_overall_is_over_items_and_macro_over_domains():
+    # VL-RewardBench's domains with the paper's item counts; a judge right on 120 of 183, 400 of 749, 200 of 318
+    domains = {"general": (183, 120), "hallucination": (749, 400), "reasoning": (318, 200)}
+    out = PW.accuracy(items(domains))
+    assert out["accuracy"] == pytest.approx((120 + 400 + 200) / 1250)
+    assert out["macro"]["subset"] == pytest.approx((120 / 183 + 400 / 749 + 200 / 318) / 3)
+    assert out["by_subset"]["general"] == pytest.approx(120 / 183) and out["n_items"] == 1250
+
+
+def test_multimodal_rewardbench_overall_from_its_areas():
+    # areas with the paper's counts for four of them (general correctness 623, preference 654, knowledge 630,
+    # reasoning 1098); the overall is each area's accuracy weighted by its items
+    areas = {"correctness": (623, 400), "preference": (654, 390), "knowledge": (630, 420), "reasoning": (1098, 600)}
+    out = PW.accuracy(items(areas, "category"))
+    weighted = sum(n * (r / n) for n, r in areas.values()) / sum(n for n, _ in areas.values())
+    assert out["accuracy"] == pytest.approx(weighted)
+    assert out["macro"]["category"] == pytest.approx(sum(r / n for n, r in areas.values()) / 4)
+
+
+def test_mm_rlhf_acc_plus_counts_a_set_only_when_every_pair_is_right():
+    # three questions: q1's three pairs all right, q2's one of two wrong, q3's one pair tied (a tie is not right)
+    rows = [("q1", 1.0), ("q1", 1.0), ("q1", 1.0), ("q2", 1.0), ("q2", 0.0), ("q3", 0.5)]
+    its = [{"hit": h, "pairs": [h], "category": None, "subset": None, "set_id": s} for s, h in rows]
+    out = PW.accuracy(its)
+    assert out["acc_plus"] == pytest.approx(1 / 3) and out["n_sets"] == 3
+    assert out["accuracy"] == pytest.approx(4.5 / 6)
+    assert PW.acc_plus([dict(i, set_id=None) for i in its])["acc_plus"] is None  # no sets: undefined
+
+
+def test_score_ties_count_half_and_a_missing_score_ranks_last():
+    assert PW.score_hit(0.9, 0.1) == 1.0 and PW.score_hit(0.1, 0.9) == 0.0 and PW.score_hit(0.5, 0.5) == 0.5
+    assert PW.score_hit(0.2, None) == 1.0 and PW.score_hit(None, 0.2) == 0.0 and PW.score_hit(None, None) == 0.5
+
+
+def test_the_task_is_opt_in():
+    assert not TASKS["pairwise"].default
+
+
+def ingest(tmp_path, fmt, name) -> str:
+    out = str(tmp_path / fmt)
+    assert stepcritic(["data", "ingest", "--format", fmt, "--input", f"{FIXTURES}/{fmt}/{name}", "--out", out,
+                       "--on-error", "skip"]) == 0
+    return out
+
+
+class ShortestWins(Judge):
+    """Scores each response by its shortness, and gives step scores that rise along the chain."""
+
+    kind = "test-shortest"
+    needs_images = False
+
+    def judge_batch(self, chains):
+        return [Critique(c["chain_id"], [True] * len(c["steps"]),
+                         p_incorrect=[1.0 / (2 + i) for i in range(len(c["steps"]))],
+                         chain_score=-sum(len(s["text"]) for s in c["steps"])) for c in chains]
+
+
+class AlwaysFirst(GenerativeJudge):
+    """A generative judge that answers every prompt "A": the first response shown, whichever it is."""
+
+    kind = "test-always-first"
+    needs_images = False
+
+    def generate(self, prompts):
+        return [Reply("A") for _ in prompts]
+
+
+def test_pairwise_through_eval_on_vl_rewardbench(tmp_path):
+    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    metrics = evaluate(chains, [ShortestWins("shortest"), AlwaysFirst("first")], str(tmp_path / "out"),
+                       tasks=("pairwise",), progress=False, log=lambda line: None)
+    shortest = metrics["judges"]["shortest"]["overall"]["pairwise"]
+    # the fixture's kept items: the kite (first response preferred, the shorter: right), the boxes (two responses of
+    # 22 characters: equal scores, half); the green bar's two responses are tied in the data (left out as a pair)
+    assert (shortest["n_items"], shortest["n_pairs"], shortest["n_tied_pairs"]) == (2, 2, 1)
+    assert shortest["accuracy"] == 0.75 and shortest["score"] == "chain"
+    assert shortest["order"] == {"first": None, "swapped": None} and shortest["flip_rate"] is None
+    first = metrics["judges"]["first"]["overall"]["pairwise"]
+    # "A" in both orders: right once per pair, so each order's accuracy is the share of pairs whose better response
+    # comes first in the data's order, the mean is 1/2, and every verdict flips
+    assert first["accuracy"] == 0.5 and first["flip_rate"] == 1.0 and first["score"] == "both orders asked"
+    assert first["order"]["first"] + first["order"]["swapped"] == 1.0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Pair acc." in report and "Pair flip %" in report and "tied pairs left out" in report
+
+
+def test_pairwise_score_selects_the_step_aggregate(tmp_path):
+    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    metrics = evaluate(chains, [ShortestWins("shortest")], str(tmp_path / "out"), tasks=("pairwise",),
+                       progress=False, log=lambda line: None, pairwise={"score": "min"})
+    sec = metrics["judges"]["shortest"]["overall"]["pairwise"]
+    # min of 1 - 1/(2+i) is the first step's 0.5 in every response: every pair a tie, counted half
+    assert sec["score"] == "min" and sec["accuracy"] == 0.5
+
+
+def test_acc_plus_on_the_mm_rlhf_fixture(tmp_path):
+    chains = ingest(tmp_path, "mm-rlhf-rewardbench", "mm_reward_bench.jsonl")
+    metrics = evaluate(chains, [ShortestWins("shortest")], str(tmp_path / "out"), tasks=("pairwise",),
+                       progress=False, log=lambda line: None)
+    sec = metrics["judges"]["shortest"]["overall"]["pairwise"]
+    assert sec["n_sets"] >= 1 and sec["acc_plus"] is not None and sec["acc_plus"] <= sec["accuracy"]
+    assert json.loads(json.dumps(sec)) == sec
