@@ -10,8 +10,6 @@ import argparse
 import os
 
 from stepcritic.eval.best_of_n import DEFAULT_MAX_SUBSETS
-from stepcritic.eval.pairwise import DEFAULT_SELECTOR as PAIRWISE_DEFAULT
-from stepcritic.eval.pairwise import SELECTORS as PAIRWISE_SELECTORS
 from stepcritic.eval.cache import saved_sizes
 from stepcritic.eval.config import EvalConfig
 from stepcritic.eval.errors import EvalError, FailedRequests
@@ -20,6 +18,8 @@ from stepcritic.eval.judges.registry import build_judge, describe_kinds
 from stepcritic.eval.judges.rpts_scorer import RPTSScorerJudge
 from stepcritic.eval.matchers import MATCHERS
 from stepcritic.eval.metrics import DEFAULT_RPTS_LAMBDA, DEFAULT_RPTS_THRESHOLD
+from stepcritic.eval.pairwise import DEFAULT_SELECTOR as PAIRWISE_DEFAULT
+from stepcritic.eval.pairwise import SELECTORS as PAIRWISE_SELECTORS
 from stepcritic.eval.rpts import Settings
 from stepcritic.eval.rpts_tree import CLUE_MATCHERS
 from stepcritic.eval.runner import DEFAULT_TASKS, TASKS, evaluate

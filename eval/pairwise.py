@@ -185,7 +185,8 @@ def judged_items(gold: list[dict], preds: list[dict], picks: list[dict], selecto
         if hits:
             n_pairs += len(hits)
             first = item["first"]
-            items.append({"group_id": g, "hit": statistics.fmean(hits), "pairs": hits, "category": first.get("category"),
-                          "subset": first.get("subset"), "set_id": first.get("set_id")})
+            items.append({"group_id": g, "hit": statistics.fmean(hits), "pairs": hits,
+                          "category": first.get("category"), "subset": first.get("subset"),
+                          "set_id": first.get("set_id")})
     return (items, orders, n_pairs, n_ties, asked is not None,
             any(s is not None for s in scores.values()))

@@ -9,8 +9,8 @@ A metric that is not registered is not advertised, and a registered one cannot g
 A new task adds a `Task`, its `Metric`s and its section function in `results.TASK_SECTIONS`; the runner, the
 command line and the report pick it up from here.
 
-Only the standard library (and `metrics`, `process`, `pairwise`, `best_of_n`, `sweep`, `verifier` and `data_prep.prompts`, themselves stdlib
-at the top) is imported: `stepcritic eval --help` reads the task names from here.
+Only the standard library (and `metrics`, `process`, `pairwise`, `best_of_n`, `sweep`, `verifier` and
+`data_prep.prompts`, themselves stdlib at the top) is imported: `stepcritic eval --help` reads the task names from here.
 """
 
 from __future__ import annotations
