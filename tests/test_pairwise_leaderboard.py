@@ -64,3 +64,24 @@ def test_four_judge_kinds_in_one_pairwise_leaderboard(models, tmp_path):
     board = report.split("## Leaderboard", 1)[1].split("\n\n")[1].splitlines()
     assert "Pair acc." in board[0]
     assert [line.split("|")[1].strip() for line in board[2:]] == [f"`{name}`" for name in names]
+
+
+def test_a_step_judge_and_a_scalar_one_take_processbench_text_chains_in_one_first_error_table(models, tmp_path):
+    """ProcessBench's chains have no image: the tiny VLM critics judge them as text, side by side with a baseline."""
+    chains = str(tmp_path / "processbench")
+    assert stepcritic(["data", "ingest", "--format", "processbench", "--input",
+                       "tests/fixtures/processbench/gsm8k.json", "--out", chains, "--on-error", "skip"]) == 0
+    out = tmp_path / "out"
+    specs = [f"prm:{models['prm.yaml']},batch_size=1", f"reward:{models['reward.yaml']},batch_size=1",
+             "always-correct"]
+    argv = ["eval", "--chains", chains, "--tasks", "first-error", "--out", str(out), "--no-progress"]
+    for spec in specs:
+        argv += ["--judge", spec]
+    assert stepcritic(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert list(metrics["judges"]) == specs
+    prm, reward, baseline = (metrics["judges"][spec]["overall"]["first-error"] for spec in specs)
+    assert (prm["n_error"], prm["n_correct"]) == (baseline["n_error"], baseline["n_correct"]) == (2, 1), prm
+    assert prm["f1"] is not None and reward["f1"] is None, reward  # a chain score names no first wrong step
+    # always-correct never flags a step: right on the chain without an error, wrong on both chains with one
+    assert (baseline["error_accuracy"], baseline["correct_accuracy"], baseline["f1"]) == (0.0, 1.0, 0.0), baseline
