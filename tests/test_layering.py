@@ -69,29 +69,34 @@ def test_no_shipped_module_imports_tests():
     assert shipped_sources() and offenders == []
 
 
-def imports_of_test_doubles(path: str, module: str) -> list[str]:
-    """Where the file of `module` names `stepcritic.testing`: imports (relative ones resolved) and any string, such
-    as a name handed to importlib, as the command table does."""
-    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+def import_statements(path: str, module: str):
+    """The parsed file of `module` and each of its imports as (line, module named, names imported from it), relative
+    imports resolved against the package: `import a.b` gives ("a.b", []), `from .x import y` ("<package>.x", ["y"])."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
-    found = []
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    statements = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            statements += [(node.lineno, alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            names = [f"{base}.{alias.name}" for alias in node.names]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            names = [node.value]
-        else:
-            continue
-        found += [f"{node.lineno} imports {name}" for name in names
-                  if name == "stepcritic.testing" or name.startswith("stepcritic.testing.")]
-    return found
+            statements.append((node.lineno, base, [alias.name for alias in node.names]))
+    return tree, statements
+
+
+def imports_of_test_doubles(path: str, module: str) -> list[str]:
+    """Where the file of `module` names `stepcritic.testing`: imports (relative ones resolved) and any string, such
+    as a name handed to importlib, as the command table does."""
+    tree, statements = import_statements(path, module)
+    named = [(line, f"{base}.{name}" if names else base) for line, base, names in statements for name in names or [""]]
+    named += [(node.lineno, node.value) for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    return [f"{line} imports {name}" for line, name in sorted(named, key=lambda item: item[0])
+            if name == "stepcritic.testing" or name.startswith("stepcritic.testing.")]
 
 
 def test_the_test_double_scan_sees_relative_imports_and_names_for_importlib(tmp_path):
@@ -137,22 +142,10 @@ def stage_modules() -> dict[str, str]:
 def imported_modules(path: str, module: str, known) -> set[str]:
     """The stage modules `module` imports anywhere in its file: at the top, inside functions and classes, under
     TYPE_CHECKING; an import inside a function hides a cycle from the interpreter, not from the design."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
-    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            # `from package import module` imports the module; `from module import name` the module itself
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
-        else:
-            continue
+    for _, base, names in import_statements(path, module)[1]:
+        # `from package import module` imports the module; `from module import name` the module itself
+        targets = [f"{base}.{name}" if f"{base}.{name}" in known else base for name in names] or [base]
         for target in targets:
             while target and target not in known:  # `import stepcritic.eval.tasks.X` -> the module it names
                 target = target.rpartition(".")[0]
