@@ -24,6 +24,18 @@ def miceval_jsonl():
 
 
 @pytest.fixture(scope="module")
+def one_torch_thread():
+    """The tiny critic's matrices are too small to gain from a second thread, and on shared cores two spinning
+    threads ran a training step 5-15x slower than one (measured on the 2-core machine under load)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
 def private_tiny_cache(tmp_path_factory):
     """A module's own STEPCRITIC_CACHE, so its tiny builds neither reuse nor leave behind the user's cache; a module
     opts in with `pytestmark = pytest.mark.usefixtures("private_tiny_cache")`."""

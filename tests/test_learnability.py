@@ -30,16 +30,7 @@ RUN = dict(report_to="none", disable_tqdm=True, logging_steps=1000, save_strateg
 FAST = dict(lr_scheduler_type="constant", warmup_steps=0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny critic's matrices are too small to gain from a second thread, and on shared cores two spinning
-    threads ran a training step 5-15x slower than one (measured on the 2-core machine under load)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.fixture(scope="module")

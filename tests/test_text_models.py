@@ -16,17 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT_RECIPES = os.path.join(REPO, "recipes", "tiny-text")
 RUN = dict(report_to="none", disable_tqdm=True, logging_steps=1000, save_strategy="no", dataloader_num_workers=0)
 
-pytestmark = pytest.mark.usefixtures("private_tiny_cache")  # conftest.py: this module's own tiny-model cache
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# conftest.py: this module's own tiny-model cache, and one torch thread
+pytestmark = pytest.mark.usefixtures("private_tiny_cache", "one_torch_thread")
 
 
 @pytest.fixture(scope="module")
