@@ -76,3 +76,19 @@ def built_dataset(tmp_path_factory, kind: str, n_chains: int = 8) -> str:
     out = str(tmp_path_factory.mktemp("data") / kind)
     build_dataset(chains(n_chains), kind, out, test_fraction=0.25, seed=0)
     return out
+
+
+def ingest_and_build_every_kind(root, jsonl) -> tuple[str, dict]:
+    """`stepcritic data ingest --format jsonl` of `jsonl`, then `data build` of every kind with a quarter of the
+    groups held out, by the CLI as the README runs them: (the chains folder, {kind: built folder})."""
+    from stepcritic.cli import main as stepcritic
+    from stepcritic.data_prep import contract
+
+    chains = str(root / "chains")
+    assert stepcritic(["data", "ingest", "--format", "jsonl", "--input", str(jsonl), "--out", chains]) == 0
+    built = {}
+    for kind in contract.KIND_NAMES:
+        built[kind] = str(root / kind)
+        assert stepcritic(["data", "build", "--chains", chains, "--kind", kind, "--out", built[kind],
+                           "--test-fraction", "0.25"]) == 0
+    return chains, built

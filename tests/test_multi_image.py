@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from helpers import RECIPES, png, step
+from helpers import RECIPES, ingest_and_build_every_kind, png, step
 
 from stepcritic.cli import main as stepcritic
 from stepcritic.data_prep import contract, prompts
@@ -48,14 +48,7 @@ pytestmark = pytest.mark.usefixtures("private_tiny_cache")  # conftest.py: this 
 def data(tmp_path_factory):
     """The ingested chains folder and {kind: built folder}, by the README's commands."""
     root = tmp_path_factory.mktemp("multi")
-    jsonl = write_chains(root)
-    assert stepcritic(["data", "ingest", "--format", "jsonl", "--input", jsonl, "--out", str(root / "chains")]) == 0
-    built = {}
-    for kind in contract.KIND_NAMES:
-        built[kind] = str(root / kind)
-        assert stepcritic(["data", "build", "--chains", str(root / "chains"), "--kind", kind, "--out", built[kind],
-                           "--test-fraction", "0.25"]) == 0
-    return str(root / "chains"), built
+    return ingest_and_build_every_kind(root, write_chains(root))
 
 
 def placeholders(messages) -> int:

@@ -7,9 +7,8 @@ import os
 
 import pytest
 from datasets import load_from_disk
-from helpers import png, step
+from helpers import ingest_and_build_every_kind, png, step
 
-from stepcritic.cli import main as stepcritic
 from stepcritic.data_prep import contract, prompts
 from stepcritic.data_prep.ingest import ingest
 from stepcritic.data_prep.schema import (
@@ -101,14 +100,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("text")
     jsonl = root / "chains.jsonl"
     jsonl.write_text("".join(json.dumps(c) + "\n" for c in text_chains()))
-    chains = str(root / "chains")
-    assert stepcritic(["data", "ingest", "--format", "jsonl", "--input", str(jsonl), "--out", chains]) == 0
-    out = {}
-    for kind in contract.KIND_NAMES:
-        out[kind] = str(root / kind)
-        assert stepcritic(["data", "build", "--chains", str(root / "chains"), "--kind", kind, "--out", out[kind],
-                           "--test-fraction", "0.25"]) == 0
-    return str(root / "chains"), out
+    return ingest_and_build_every_kind(root, jsonl)
 
 
 def test_ingest_counts_text_only_chains(built, capsys):
