@@ -1,9 +1,10 @@
 """`--tasks pairwise`: accuracy, per category and subset, macro, ACC+, ties, and a generative judge asked in both
 orders, through `stepcritic eval` on the reward-benchmark fixtures.
 
-The aggregation tests are constructed examples, not published rows: VL-RewardBench's item counts per domain (Sec. 3:
-183 general, 749 hallucination, 318 reasoning) are the paper's, the accuracies are made up, and the check is the rule
-its tables follow (overall: over items; macro average: the mean of the three domain accuracies). Multimodal
+The aggregation tests: VL-RewardBench's item counts per domain (Sec. 3: 183 general, 749 hallucination, 318
+reasoning) with made-up accuracies, checking the rule its tables follow (overall: over items; macro average: the mean
+of the three domain accuracies), and one published row (Table 2, Gemini-1.5-Pro) whose domain accuracies give its
+printed overall and macro numbers. Multimodal
 RewardBench's overall over its areas and MM-RLHF-RewardBench's ACC+ are checked the same way, on constructed items.
 """
 
@@ -36,6 +37,16 @@ def test_vl_rewardbench_overall_is_over_items_and_macro_over_domains():
     assert out["accuracy"] == pytest.approx((120 + 400 + 200) / 1250)
     assert out["macro"]["subset"] == pytest.approx((120 / 183 + 400 / 749 + 200 / 318) / 3)
     assert out["by_subset"]["general"] == pytest.approx(120 / 183) and out["n_items"] == 1250
+
+
+def test_vl_rewardbench_gemini_row_overall_and_macro_from_its_domain_accuracies():
+    """VL-RewardBench Table 2, Gemini-1.5-Pro: general 50.8, hallucination 72.5, reasoning 64.2 give the overall 67.2
+    (over the 1,250 items) and the macro average 62.5 printed beside them."""
+    domains = {"general": (183, round(0.508 * 183)), "hallucination": (749, round(0.725 * 749)),
+               "reasoning": (318, round(0.642 * 318))}
+    out = PW.accuracy(items(domains))
+    assert round(100 * out["accuracy"], 1) == 67.2 and round(100 * out["macro"]["subset"], 1) == 62.5
+    assert [round(100 * out["by_subset"][d], 1) for d in domains] == [50.8, 72.5, 64.2]
 
 
 def test_multimodal_rewardbench_overall_from_its_areas():
