@@ -327,11 +327,13 @@ def test_registry_lists_every_reported_metric_with_its_direction():
                 "somers_d_chain", "choice_ranking_accuracy", "circular_accuracy", "consistency", "bias_rate"}
     assert expected <= set(METRICS)
     lower_is_better = {name for name, m in METRICS.items() if m.higher_is_better is False}
+    # NCR: right answers a corrector made wrong (VISCO); flip rate: pairwise verdicts that change with the order
     assert {"bias_rate", "invalid_rate", "brier", "verifier_invalid_rate", "correction_gold_ncr",
-            "correction_own_ncr"} == lower_is_better  # NCR: right answers a corrector made wrong (VISCO)
+            "correction_own_ncr", "pairwise_flip_rate"} == lower_is_better
     assert {m.name for m in METRICS.values() if m.headline} == {
         "step_f1", "step_auroc", "answer_f1", "viscore", "invalid_rate", "choice_ranking_accuracy",
-        "circular_accuracy", "verifier_avg", "bon_chain", "correction_own_gain"}
+        "circular_accuracy", "verifier_avg", "bon_chain", "correction_own_gain", "pairwise_accuracy",
+        "first_error_f1", "prmscore"}
     for m in METRICS.values():
         assert m.task in TASKS and callable(m.fn) and m.aggregation and m.description and m.undefined
         assert m.level in ("step", "chain", "group") and m.table in (
