@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[test,embed]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,embed,serve]'
 	@touch $@
 
 demo: $(STAMP)

@@ -1,6 +1,6 @@
-"""The one-way flow data_prep -> train -> eval, checked: judges that need no trained artifact import no training
-module, no shipped module imports test code, nothing the command can reach imports the test doubles of testing/, and
-no stage's modules import each other in a cycle."""
+"""The one-way flow data_prep -> train -> eval -> rewards -> serve, checked: judges that need no trained artifact
+import no training module, no shipped module imports test code, nothing the command can reach imports the test doubles
+of testing/, and no stage's modules import each other in a cycle."""
 
 import ast
 import json
@@ -12,7 +12,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(REPO, "tests")
-SHIPPED_FOLDERS = ("data_prep", "train", "eval", "recipes", "bench", "experiments", "testing")
+SHIPPED_FOLDERS = ("data_prep", "train", "eval", "rewards", "serve", "recipes", "bench", "experiments", "testing")
 # what the `stepcritic` command never runs: benchmarks and experiments may use the test doubles, nothing else may
 OUTSIDE_THE_COMMAND = ("bench", "experiments", "testing")
 
@@ -122,7 +122,7 @@ def test_nothing_the_command_can_reach_imports_the_test_doubles():
     assert len(reachable) > 50 and offenders == []
 
 
-STAGES = ("data_prep", "train", "eval", "bench", "experiments", "testing")
+STAGES = ("data_prep", "train", "eval", "rewards", "serve", "bench", "experiments", "testing")
 
 
 def stage_modules() -> dict[str, str]:
