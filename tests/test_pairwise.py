@@ -4,8 +4,8 @@ orders, through `stepcritic eval` on the reward-benchmark fixtures.
 The aggregation tests: VL-RewardBench's item counts per domain (Sec. 3: 183 general, 749 hallucination, 318
 reasoning) with made-up accuracies, checking the rule its tables follow (overall: over items; macro average: the mean
 of the three domain accuracies), and one published row (Table 2, Gemini-1.5-Pro) whose domain accuracies give its
-printed overall and macro numbers. Multimodal
-RewardBench's overall over its areas and MM-RLHF-RewardBench's ACC+ are checked the same way, on constructed items.
+printed overall and macro numbers. Multimodal RewardBench's eight leaderboard rows give their overall from their areas
+over items; MM-RLHF-RewardBench's ACC+ is checked on constructed items.
 """
 
 import json
@@ -49,14 +49,37 @@ def test_vl_rewardbench_gemini_row_overall_and_macro_from_its_domain_accuracies(
     assert [round(100 * out["by_subset"][d], 1) for d in domains] == [50.8, 72.5, 64.2]
 
 
-def test_multimodal_rewardbench_overall_from_its_areas():
-    # areas with the paper's counts for four of them (general correctness 623, preference 654, knowledge 630,
-    # reasoning 1098); the overall is each area's accuracy weighted by its items
-    areas = {"correctness": (623, 400), "preference": (654, 390), "knowledge": (630, 420), "reasoning": (1098, 600)}
+# Multimodal RewardBench's leaderboard (the benchmark's release README, Dec 2024): overall, then general correctness,
+# general preference, knowledge, reasoning, safety, VQA
+MMRB_ROWS = {
+    "Claude 3.5 Sonnet": (0.720, [0.626, 0.678, 0.739, 0.668, 0.687, 0.856]),
+    "Gemini 1.5 Pro": (0.720, [0.635, 0.677, 0.663, 0.618, 0.765, 0.872]),
+    "GPT-4o": (0.715, [0.626, 0.690, 0.720, 0.647, 0.669, 0.872]),
+    "Llama-3.2-90B-Vision-Instruct": (0.624, [0.600, 0.684, 0.612, 0.546, 0.519, 0.771]),
+    "Aria": (0.573, [0.595, 0.635, 0.555, 0.524, 0.502, 0.642]),
+    "Molmo-7B-D-0924": (0.543, [0.568, 0.594, 0.546, 0.521, 0.442, 0.603]),
+    "Llama-3.2-11B-Vision-Instruct": (0.524, [0.578, 0.658, 0.555, 0.512, 0.355, 0.558]),
+    "Llava-1.5-13B": (0.489, [0.533, 0.552, 0.505, 0.513, 0.349, 0.518]),
+}
+MMRB_AREAS = ("correctness", "preference", "knowledge", "reasoning", "safety", "vqa")
+
+
+@pytest.mark.parametrize("model", list(MMRB_ROWS))
+def test_multimodal_rewardbench_overall_is_over_items_not_areas(model):
+    """Every leaderboard row's overall is its areas' accuracies weighted by their items. The paper's Table 1 gives
+    four areas' sizes (623, 654, 630, 1,098 of 5,211); safety and VQA share the other 2,206, and all eight rows fit
+    only when safety has 993 to 1,020 of them (1,008 here). The mean of the six areas (macro) misses most rows."""
+    overall, area_accuracies = MMRB_ROWS[model]
+    sizes = [623, 654, 630, 1098, 1008, 2206 - 1008]
+    areas = {a: (n, round(acc * n)) for a, n, acc in zip(MMRB_AREAS, sizes, area_accuracies)}
     out = PW.accuracy(items(areas, "category"))
-    weighted = sum(n * (r / n) for n, r in areas.values()) / sum(n for n, _ in areas.values())
-    assert out["accuracy"] == pytest.approx(weighted)
-    assert out["macro"]["category"] == pytest.approx(sum(r / n for n, r in areas.values()) / 4)
+    assert out["n_items"] == 5211
+    # each printed number is rounded to 0.001: the area accuracies and the overall both move it by up to 0.0005
+    assert out["accuracy"] == pytest.approx(overall, abs=0.001)
+    # whole items: an area of 623 moves by up to 0.5 / 623 from the printed accuracy
+    assert [out["by_category"][a] for a in MMRB_AREAS] == pytest.approx(area_accuracies, abs=0.001)
+    if model in ("Claude 3.5 Sonnet", "Gemini 1.5 Pro", "GPT-4o", "Llama-3.2-11B-Vision-Instruct"):
+        assert abs(out["macro"]["category"] - overall) > 0.01
 
 
 def test_mm_rlhf_acc_plus_counts_a_set_only_when_every_pair_is_right():
