@@ -28,8 +28,10 @@ a verifiable reward beside it for that).
 
 verl needs a number for every response, so both fallbacks default to 0.0 here: a response with no steps
 (`empty_reward`) and one the judge gives no score (`unscored_reward`). A judge failure raises (`core.score_chains`).
-One `StepReward` is built per (judge, aggregate, split, batch_size) and kept for the life of the process, so the
-critic is loaded once per reward worker, not once per call.
+One `StepReward` is built per setting (judge, aggregate, split, batch size, fallbacks) and kept for the life of the
+process, and every setting naming the same judge and batch size shares one judge: a critic is loaded once per reward
+worker, not once per call. verl imports this file under a module name of its own (`custom_module`); its imports are
+absolute, so that works as well as importing `stepcritic.rewards.verl`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ def step_reward(judge, aggregate: str = "min", split=None, batch_size: int | Non
                          "(e.g. prm:/path/to/runs/prm)")
     if unscored_reward is None:
         raise ValueError("unscored_reward: verl needs a number for every response, got None")
-    spec = json.dumps(judge, sort_keys=True) if isinstance(judge, dict) else judge
+    if not isinstance(judge, (str, dict)) and hasattr(judge, "items"):  # a mapping from verl's config (OmegaConf)
+        judge = dict(judge.items())
+    spec = json.dumps(judge, sort_keys=True, default=str) if isinstance(judge, dict) else judge
     key = (spec, batch_size, aggregate, split, empty_reward, unscored_reward)
     if key not in _REWARDS:
         if (spec, batch_size) not in _JUDGES:
@@ -67,7 +71,7 @@ def step_reward(judge, aggregate: str = "min", split=None, batch_size: int | Non
 
 
 def _as_list(value):
-    """A list of images as verl may hand it: a list, or a NumPy object array (a list column read through pandas)."""
+    """A list as verl may hand it: a list, or a NumPy object array (a list column read through pandas)."""
     return list(value) if getattr(getattr(value, "dtype", None), "kind", None) == "O" else value
 
 

@@ -3,6 +3,7 @@ from `extra_info`, one judge per process, the batch form, and the errors a misco
 
 import importlib.util
 import os
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -109,6 +110,26 @@ def test_the_batch_form_judges_the_batch_in_one_pass():
     single = [verl.compute_score("a", text, "red", {"question": QUESTION}, judge="py:test_verl_reward.CountingJudge",
                                  aggregate="last") for text in (ANSWER, "", "One.\nTwo.\nThree.")]
     assert single == rewards
+
+
+def test_a_judge_block_from_the_config_names_the_same_judge():
+    class Config(Mapping):  # what OmegaConf hands over: a mapping that is not a dict
+        def __init__(self, values):
+            self.values = values
+
+        def __getitem__(self, key):
+            return self.values[key]
+
+        def __iter__(self):
+            return iter(self.values)
+
+        def __len__(self):
+            return len(self.values)
+
+    block = {"kind": "py", "target": "test_verl_reward.CountingJudge"}
+    by_block = verl.compute_score("a", "One.\nTwo.", "x", {"question": QUESTION}, judge=block)
+    by_config = verl.compute_score("a", "One.\nTwo.", "x", {"question": QUESTION}, judge=Config(block))
+    assert by_block == by_config == pytest.approx(0.5)
 
 
 def test_verl_gets_a_number_for_every_response():
