@@ -4,6 +4,7 @@
     random,rate=0.3,seed=0
     hf:runs/critic,mode=critique,max_new_tokens=256
     openai:gpt-4o,base_url=http://127.0.0.1:8000/v1,concurrency=32,strategy=lookback
+    remote:http://gpu-box:8000,concurrency=16      (a `stepcritic serve` elsewhere)
     text-only:openai:gpt-4o,concurrency=32         (everything after "text-only:" is the inner spec)
     py:package.module.Class,delay=0.1              (any Judge subclass importable from PYTHONPATH)
     {"kind": "openai", "target": "gpt-4o", "concurrency": 32, "blank_image": true}
@@ -41,6 +42,8 @@ KINDS: dict[str, tuple[str, str]] = {
            "local transformers VLM or LoRA adapter: hf:MODEL_DIR"),
     "openai": ("stepcritic.eval.judges.openai_judge:OpenAIJudge",
                "OpenAI-compatible chat API: openai:MODEL"),
+    "remote": ("stepcritic.eval.judges.remote:RemoteJudge",
+               "the judge a running `stepcritic serve` scores with: remote:http://HOST:PORT"),
     "vllm": ("stepcritic.eval.judges.vllm_judge:VLLMJudge",
              "offline vLLM engine (needs the vllm extra and a GPU): vllm:MODEL_DIR"),
     "prm": ("stepcritic.eval.judges.prm:PRMJudge",
