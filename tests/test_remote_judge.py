@@ -351,7 +351,7 @@ def test_requests_run_concurrently_up_to_the_limit_and_no_further():
     assert all(c.chain_id == f"c{index}" and not c.failed for index, c in handed)
     assert len(server.requests) == n // batch_size
     assert server.max_in_flight == concurrency
-    assert elapsed < (n // batch_size) * latency / 2  # the requests overlapped
+    assert elapsed < 0.75 * (n // batch_size) * latency  # the requests overlapped (one by one: 1.8 s)
 
 
 # ----------------------------------------------------------------------------- the registry
