@@ -31,7 +31,7 @@ def test_module_imports_no_training_code(module):
 
 
 @pytest.mark.parametrize("module", ["stepcritic.cli", "stepcritic.data_prep.cli", "stepcritic.eval.cli",
-                                    "stepcritic.train.cli"])
+                                    "stepcritic.train.cli", "stepcritic.serve.cli"])
 def test_command_modules_import_only_the_standard_library(module):
     # what `--help` and the choices lists cost: the task, kind and format lists they import must stay stdlib-only
     code = ("import sys, json; before = set(sys.modules); "
