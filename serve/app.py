@@ -24,7 +24,7 @@ from stepcritic.errors import UserError
 from stepcritic.serve.batcher import ChainFailed, QueueFull, Stopped
 from stepcritic.serve.metrics import route_label
 from stepcritic.serve.requests import BadRequest, Busy, Refused, parse_reward, parse_score, read_body
-from stepcritic.serve.security import authorized
+from stepcritic.serve.security import authorized, key_in_url
 
 log = logging.getLogger("stepcritic.serve")
 OPEN_ROUTES = ("/health",)
@@ -150,11 +150,18 @@ class KeyCheck:
         if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_ROUTES:
             return await self.app(scope, receive, send)
         header = next((value for name, value in scope["headers"] if name == b"authorization"), None)
-        if authorized(header, self.keys):
-            return await self.app(scope, receive, send)
-        response = JSONResponse({"error": "missing or wrong API key: send the header Authorization: Bearer KEY "
-                                          "(a key in the URL is not accepted)"}, 401,
-                                headers={"WWW-Authenticate": "Bearer"})
+        if not authorized(header, self.keys):
+            return await self.refuse("missing or wrong API key: send the header Authorization: Bearer KEY (a key "
+                                     "in the URL is not accepted)", scope, receive, send)
+        if key_in_url(scope.get("query_string", b""), self.keys):
+            # a URL is written down by proxies and browsers: a key seen there is one to replace, not to accept
+            return await self.refuse("the API key is in the URL, where logs keep it: send it only in the "
+                                     "Authorization header, and replace it", scope, receive, send)
+        return await self.app(scope, receive, send)
+
+    @staticmethod
+    async def refuse(message: str, scope, receive, send):
+        response = JSONResponse({"error": message}, 401, headers={"WWW-Authenticate": "Bearer"})
         await response(scope, receive, send)
 
 
