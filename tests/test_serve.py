@@ -3,6 +3,7 @@ is answered, and the safety rules hold (API keys, image paths, body size, bad in
 
 import concurrent.futures
 import os
+import socket
 import subprocess
 import sys
 
@@ -201,7 +202,15 @@ def test_api_key_is_required_and_never_logged(tmp_path):
         assert request(port, "GET", f"/{KEY}")[0] == 401
         status, _, answer = request(port, "POST", "/v1/score", body, {"Authorization": f"Bearer {KEY}"})
         assert status == 200 and KEY not in str(answer)
-        assert request(port, "GET", f"/metrics?key={KEY}", headers={"Authorization": f"bearer {KEY}"})[0] == 200
+        assert request(port, "GET", "/metrics", headers={"Authorization": f"bearer {KEY}"})[0] == 200
+        # a valid header does not make a key in the URL acceptable
+        status, _, answer = request(port, "GET", f"/metrics?k={KEY[:8]}%{ord(KEY[8]):02X}{KEY[9:]}",
+                                    headers={"Authorization": f"Bearer {KEY}"})
+        assert status == 401 and "in the URL" in answer["error"]
+        # nor does a request too malformed for the application to see
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(f"GET /metrics?key={KEY} HTTP/1.1 x\r\nHost: x\r\n\r\n".encode())
+            assert sock.recv(100).startswith(b"HTTP/1.1 400")
         assert server.stop() == 0
     log = server.log()
     assert "POST /v1/score 401" in log and KEY not in log and KEY[4:20] not in log
@@ -226,3 +235,15 @@ def test_bad_command_lines_are_one_line_and_exit_2(tmp_path, hash_server):
         lines = [line for line in done.stderr.splitlines() if "error" in line]
         assert done.returncode == 2 and len(lines) == 1, done.stderr
         assert lines[0].startswith("stepcritic serve: error: ") and named in lines[0] and "Traceback" not in done.stderr
+
+
+def test_a_request_of_no_chains_names_the_judge_and_metrics_are_prometheus_text(hash_server):
+    status, _, answer = request(hash_server.port, "POST", "/v1/score", {"chains": []})
+    assert status == 200 and answer["results"] == [] and answer["judge"]["spec"] == HASH_JUDGE
+    assert len(answer["judge"]["fingerprint"]) == 16
+    status, headers, text = request(hash_server.port, "GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+    for name in ("stepcritic_requests_total", "stepcritic_request_seconds", "stepcritic_batch_size",
+                 "stepcritic_queue_depth"):
+        assert f"# TYPE {name} " in text
+    assert metric(text, "stepcritic_request_seconds_count", route="/v1/score") >= 1
