@@ -44,7 +44,7 @@ class ChainFailed(Exception):
 
 
 @dataclass
-class _Ticket:
+class _Pending:
     """One request's place: its future and its results, which only the worker thread writes."""
 
     loop: asyncio.AbstractEventLoop
@@ -58,7 +58,7 @@ class _Ticket:
 class _Item:
     chain: dict
     aggregate: str
-    ticket: _Ticket
+    pending: _Pending
     index: int
     arrived: float = field(default_factory=time.monotonic)
 
@@ -89,7 +89,7 @@ class Batcher:
         """Every chain's `score` result, in order, once all are scored. Raises `QueueFull` or `Stopped` without
         queueing anything, and `ChainFailed` when the judge raised on one of them."""
         loop = asyncio.get_running_loop()
-        ticket = _Ticket(loop, loop.create_future(), [None] * len(chains), len(chains))
+        pending = _Pending(loop, loop.create_future(), [None] * len(chains), len(chains))
         if not chains:
             return []
         with self._cond:
@@ -98,9 +98,9 @@ class Batcher:
             if len(self._queue) + len(chains) > self.max_queue:
                 raise QueueFull()
             now = time.monotonic()
-            self._queue.extend(_Item(chain, aggregate, ticket, i, now) for i, chain in enumerate(chains))
+            self._queue.extend(_Item(chain, aggregate, pending, i, now) for i, chain in enumerate(chains))
             self._cond.notify()
-        return await ticket.future
+        return await pending.future
 
     def stop(self) -> None:
         """Take no more chains; the worker scores those queued, without waiting for company, then exits."""
@@ -151,22 +151,22 @@ class Batcher:
             self._finish(item, result, None)
 
     def _finish(self, item: _Item, result, error: BaseException | None) -> None:
-        ticket = item.ticket
-        if error is not None and ticket.error is None:
-            ticket.error = ChainFailed(item.index, error)
-        ticket.results[item.index] = result
-        ticket.remaining -= 1
-        if ticket.remaining == 0:
+        pending = item.pending
+        if error is not None and pending.error is None:
+            pending.error = ChainFailed(item.index, error)
+        pending.results[item.index] = result
+        pending.remaining -= 1
+        if pending.remaining == 0:
             try:
-                ticket.loop.call_soon_threadsafe(_resolve, ticket)
+                pending.loop.call_soon_threadsafe(_resolve, pending)
             except RuntimeError:  # the loop is closed: nobody is left to answer
                 pass
 
 
-def _resolve(ticket: _Ticket) -> None:
-    if ticket.future.done():  # the request was cancelled meanwhile
+def _resolve(pending: _Pending) -> None:
+    if pending.future.done():  # the request was cancelled meanwhile
         return
-    if ticket.error is not None:
-        ticket.future.set_exception(ticket.error)
+    if pending.error is not None:
+        pending.future.set_exception(pending.error)
     else:
-        ticket.future.set_result(ticket.results)
+        pending.future.set_result(pending.results)

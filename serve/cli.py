@@ -52,7 +52,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--judge", required=True, metavar="SPEC",
                         help="the judge to serve, as for `stepcritic eval` (e.g. prm:runs/prm)")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1: this computer only)")
+                        help="address to listen on (default 127.0.0.1, loopback: local clients only)")
     parser.add_argument("--port", type=port, default=8000, help="port (default 8000; 0: any free one, logged)")
     parser.add_argument("--api-key-file", metavar="FILE",
                         help="file of API keys, one per line: every route but /health then needs one")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from serve_helpers import HASH_JUDGE, PNGS, Server, canonical, data_url, metric, request, wire_chain
+from serve_kit import HASH_JUDGE, PNGS, Server, canonical, data_url, metric, request, wire_chain
 
 KEY = "k3y-" + "0123456789abcdef" * 2
 

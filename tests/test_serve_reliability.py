@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from serve_helpers import HASH_JUDGE, HashJudge, Server, canonical, data_url, metric, request, wire_chain
+from serve_kit import HASH_JUDGE, HashJudge, Server, canonical, data_url, metric, request, wire_chain
 
 from stepcritic.rewards.core import score_chains
 

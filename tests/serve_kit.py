@@ -1,4 +1,4 @@
-"""What the server tests share: a cheap judge (`py:serve_helpers.HashJudge`), the server as a subprocess, a small
+"""What the server tests share: a cheap judge (`py:serve_kit.HashJudge`), the server as a subprocess, a small
 HTTP client on the standard library, and request bodies.
 
 `HashJudge` scores a step by hashing the chain's question, images and the step, so its scores depend on the chain's
@@ -25,7 +25,7 @@ from stepcritic.data_prep.schema import chain_images
 from stepcritic.eval.judges.base import Critique, Judge
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-HASH_JUDGE = "py:serve_helpers.HashJudge"
+HASH_JUDGE = "py:serve_kit.HashJudge"
 
 
 class HashJudge(Judge):
