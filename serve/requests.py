@@ -12,6 +12,7 @@ fields, so its scores are `score_chains`' on that chain alone.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from stepcritic.rewards.core import AGGREGATES
 SCORE_FIELDS = ("chains", "aggregate")
 CHAIN_FIELDS = ("id", "question", "steps", "images")
 REWARD_FIELDS = ("query", "prompts", "labels")
+BODY_SECONDS = 60.0  # a body that takes longer is a stalled client, not a slow network
 MAX_IMAGE_PIXELS = 40_000_000  # 8000 x 5000; a vision model sees far fewer (it resizes), so only a bomb is larger
 
 
@@ -43,6 +45,10 @@ class TooLarge(Refused):
     status = 413
 
 
+class TooSlow(Refused):
+    status = 408
+
+
 class Busy(Refused):
     status = 503
     headers = {"Retry-After": "1"}
@@ -59,19 +65,27 @@ class Job:
     steps: list = field(default_factory=list)
 
 
-async def read_body(request, limit: int) -> bytes:
+async def read_body(request, limit: int, seconds: float = BODY_SECONDS) -> bytes:
     """The body, refused past `limit` bytes both by its Content-Length (before reading) and by what arrives (a
-    chunked body, or a Content-Length that lies, has none to trust)."""
+    chunked body, or a Content-Length that lies, has none to trust), and refused (408) when it has not all arrived
+    after `seconds`: a client that stops halfway would otherwise hold its connection, and a drain, forever."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise TooLarge(f"body: {declared} bytes, more than the server's limit of {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"body: more than the server's limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"body: more than the server's limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), seconds)
+    except asyncio.TimeoutError:
+        raise TooSlow(f"body: not all received within {seconds:g} s") from None
 
 
 def parse_json(body: bytes, fields: tuple) -> dict:

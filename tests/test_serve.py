@@ -247,3 +247,26 @@ def test_a_request_of_no_chains_names_the_judge_and_metrics_are_prometheus_text(
                  "stepcritic_queue_depth"):
         assert f"# TYPE {name} " in text
     assert metric(text, "stepcritic_request_seconds_count", route="/v1/score") >= 1
+
+
+def test_a_body_that_stops_arriving_is_408_and_one_too_long_413_unread():
+    import asyncio
+
+    from stepcritic.serve.requests import TooLarge, TooSlow, read_body
+
+    class Stalled:
+        def __init__(self, length):
+            self.headers = {"content-length": str(length)}
+            self.read = 0
+
+        async def stream(self):
+            yield b"{"
+            self.read += 1
+            await asyncio.sleep(60)
+
+    with pytest.raises(TooSlow, match="not all received within 0.2 s"):
+        asyncio.run(read_body(Stalled(10), 100, seconds=0.2))
+    stalled = Stalled(1000)
+    with pytest.raises(TooLarge, match="1000 bytes"):
+        asyncio.run(read_body(stalled, 100))
+    assert stalled.read == 0

@@ -141,7 +141,7 @@ def test_clients_killed_mid_request_do_not_disturb_the_others(tmp_path):
 
 
 def test_past_max_queue_is_503_with_retry_after(tmp_path):
-    args = ["--judge", HASH_JUDGE + ",delay=0.3", "--max-batch", "1", "--max-wait-ms", "0", "--max-queue", "2"]
+    args = ["--judge", HASH_JUDGE + ",delay=0.5", "--max-batch", "1", "--max-wait-ms", "0", "--max-queue", "2"]
     with Server(args, tmp_path) as server:
         bodies = [{"chains": [wire_chain(i)]} for i in range(10)]
         with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
