@@ -56,7 +56,7 @@ def create_app(settings, judge_info, batcher, metrics, images):
         return JSONResponse({"error": "internal error (see the server's log)"}, 500)
 
     async def scored(request: Request, parse, *context):
-        """Body -> parsed job -> scores, or the refusal as an answer."""
+        """Body -> parsed job -> its scores; a `Refused` for anything in the way."""
         if not batcher.has_room():  # turned away before the body is even read
             raise Busy("the server is busy: its queue is full; retry later")
         body = await read_body(request, settings.max_body_bytes)
