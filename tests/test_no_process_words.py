@@ -6,6 +6,7 @@ it. A measurement names its hardware ("a 2-core x86-64 CPU", "one H100"); a test
 protects. The few legitimate uses are allowed by exact pattern below, each with its reason.
 """
 
+import fnmatch
 import os
 import re
 import subprocess
@@ -30,6 +31,8 @@ ALLOWED = [
     ("train/grpo.py", r"trl#5785", "an upstream TRL bug the GRPO collator works around"),
     ("tests/test_metrics.py", r"Claude-3\.5-Sonnet", "a model's row in a paper's table, reproduced by a test"),
     ("tests/test_paper_tables.py", r"Claude-3\.5-Sonnet", "a model's row in a paper's table, reproduced by a test"),
+    ("tests/test_pairwise.py", r"Claude 3\.5 Sonnet", "a model's row in a benchmark's leaderboard, reproduced by a test"),
+    ("tests/*", r'scope="session"', "pytest's fixture scope: built once per test run"),
     ("tests/test_no_process_words.py", r".", "this file names the patterns it forbids"),
 ]
 
@@ -51,7 +54,7 @@ def hits(path: str) -> list[str]:
         for match in re.finditer(pattern, text, flags=re.I):
             line_no = text.count("\n", 0, match.start())
             line = lines[line_no] if line_no < len(lines) else ""
-            if any(where in (path, "*") and re.search(allowed, line) for where, allowed, _ in ALLOWED):
+            if any(fnmatch.fnmatch(path, where) and re.search(allowed, line) for where, allowed, _ in ALLOWED):
                 continue
             found.append(f"{path}:{line_no + 1}: {what}: {match.group(0)!r} in {line.strip()[:100]!r}")
     return found
