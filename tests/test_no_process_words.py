@@ -31,7 +31,7 @@ ALLOWED = [
     ("train/grpo.py", r"trl#5785", "an upstream TRL bug the GRPO collator works around"),
     ("tests/test_metrics.py", r"Claude-3\.5-Sonnet", "a model's row in a paper's table, reproduced by a test"),
     ("tests/test_paper_tables.py", r"Claude-3\.5-Sonnet", "a model's row in a paper's table, reproduced by a test"),
-    ("tests/test_pairwise.py", r"Claude 3\.5 Sonnet", "a model's row in a benchmark's leaderboard, reproduced by a test"),
+    ("tests/test_pairwise.py", r"Claude 3\.5 Sonnet", "a leaderboard row, reproduced by a test"),
     ("tests/*", r'scope="session"', "pytest's fixture scope: built once per test run"),
     ("tests/test_no_process_words.py", r".", "this file names the patterns it forbids"),
 ]
