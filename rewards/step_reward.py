@@ -30,6 +30,8 @@ from stepcritic.rewards import core
 from stepcritic.rewards.splitting import Split, check_split, split_steps
 from stepcritic.rewards.trl import Completion, completions_from_trl
 
+EMPTY_REWARD = 0.0  # a blank answer's reward: the lowest a step score can be (see the module docstring)
+
 
 class StepReward:
     """A judge as a reward function with TRL's signature (see the module docstring).
@@ -41,7 +43,7 @@ class StepReward:
     """
 
     def __init__(self, judge, aggregate: str = "min", split: Split = None, batch_size: int | None = None,
-                 empty_reward: float = 0.0, unscored_reward: float | None = None):
+                 empty_reward: float = EMPTY_REWARD, unscored_reward: float | None = None):
         from stepcritic.eval.judges.base import Judge
 
         if aggregate not in core.AGGREGATES:

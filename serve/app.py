@@ -95,11 +95,17 @@ def create_app(settings, judge_info, batcher, metrics, images):
         async def route(request):
             from stepcritic.rewards.splitting import split_steps
 
+            from stepcritic.rewards.step_reward import EMPTY_REWARD
+
             job, results = await scored(request, parse_reward, split_steps)
-            missing = [i for i, result in enumerate(results) if result.score is None]
+            judged = [i for i in range(len(job.steps)) if i not in job.empty]  # the query of each result
+            missing = [i for i, result in zip(judged, results) if result.score is None]
             if missing:  # a judge without chain scores serves /v1/score's step scores, not rewards
                 raise JudgeFault(f"query[{missing[0]}]: the judge gave this response no score")
-            rewards = [float(result.score) for result in results]
+            # a response with no step gets the reward `StepReward` gives it, so RL never stalls on a blank answer
+            rewards = [EMPTY_REWARD] * len(job.steps)
+            for i, result in zip(judged, results):
+                rewards[i] = float(result.score)
             return JSONResponse({"rewards": rewards, "scores": rewards,
                                  "extra_logs": {"steps": [float(n) for n in job.steps]}})
         return await answer(request, route)

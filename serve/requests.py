@@ -63,6 +63,7 @@ class Job:
     where: str                        # the request field listing them ("chains", "query"), for per-chain errors
     ids: list = field(default_factory=list)
     steps: list = field(default_factory=list)
+    empty: list = field(default_factory=list)  # /get_reward: the queries whose response holds no step, not scored
 
 
 async def read_body(request, limit: int, seconds: float = BODY_SECONDS) -> bytes:
@@ -139,7 +140,7 @@ def parse_score(body: bytes, settings, images) -> Job:
 def parse_reward(body: bytes, settings, split_steps) -> Job:
     """`POST /get_reward`'s body (OpenRLHF's remote reward request) to a Job: each query's response is the query
     less its prompt (when the prompt is given and is a prefix of it), its question the prompt (else the query),
-    its steps what `split_steps` makes of the response."""
+    its steps what `split_steps` makes of the response. A response with no step is not scored (`Job.empty`)."""
     data = parse_json(body, REWARD_FIELDS)
     queries = _list(data, "query", settings.max_chains)
     prompts = data.get("prompts")
@@ -162,8 +163,10 @@ def parse_reward(body: bytes, settings, split_steps) -> Job:
         if not question.strip():
             raise BadRequest(f"{where}: the query is empty")
         steps = [s for s in split_steps(response) if s.strip()]
-        if not steps:
-            raise BadRequest(f"{where}: the response (the query after its prompt) holds no step")
+        if not steps:  # an empty generation happens in RL: it gets EMPTY_REWARD, as `StepReward` gives it
+            job.empty.append(i)
+            job.steps.append(0)
+            continue
         if len(steps) > settings.max_steps:
             raise BadRequest(f"{where}: the response splits into {len(steps)} steps, more than the server's limit "
                              f"of {settings.max_steps}")

@@ -90,6 +90,21 @@ def test_get_reward_answers_openrlhf_request(prm_server, direct_prm):
     assert status == 200 and len(answer["rewards"]) == 1
 
 
+def test_get_reward_gives_a_blank_response_the_empty_reward_and_scores_the_others(prm_server, direct_prm):
+    # a policy in RL can answer nothing: that answer gets StepReward's empty reward, never a 400 that stops the run
+    from stepcritic.rewards.core import make_chain, score_chains
+    from stepcritic.rewards.step_reward import EMPTY_REWARD
+
+    prompts = ["Q1\n", "Q2\n", "Q3\n"]
+    body = {"query": ["Q1\n", "Q2\nIt is red.", "Q3\n  \n"], "prompts": prompts}
+    status, _, answer = request(prm_server.port, "POST", "/get_reward", body)
+    assert status == 200, answer
+    alone = score_chains(direct_prm, [make_chain("Q2\n", ["It is red."])])[0].score
+    assert answer["rewards"][0] == answer["rewards"][2] == EMPTY_REWARD
+    assert answer["rewards"][1] == pytest.approx(alone, abs=1e-5)
+    assert answer["extra_logs"]["steps"] == [0.0, 1.0, 0.0]
+
+
 @pytest.mark.parametrize("body, named", [
     (b"{not json", "body: malformed JSON"),
     (b"[1, 2]", "body: expected a JSON object"),
@@ -117,8 +132,6 @@ def test_get_reward_answers_openrlhf_request(prm_server, direct_prm):
     ({"query": "text"}, "query: expected a list"),
     ({"query": ["a", 3]}, "query[1]: expected a string"),
     ({"query": ["a"], "prompts": ["a", "b"]}, "prompts: 2 prompts for 1 queries"),
-    ({"query": ["prompt only"], "prompts": ["prompt only"]}, "query[0]: the response (the query after its prompt) "
-                                                             "holds no step"),
 ])
 def test_malformed_requests_are_400_naming_the_field(hash_server, body, named):
     path = "/get_reward" if isinstance(body, dict) and "query" in body else "/v1/score"
