@@ -94,7 +94,6 @@ def create_app(settings, judge_info, batcher, metrics, images):
     async def get_reward(request: Request):
         async def route(request):
             from stepcritic.rewards.splitting import split_steps
-
             from stepcritic.rewards.step_reward import EMPTY_REWARD
 
             job, results = await scored(request, parse_reward, split_steps)
