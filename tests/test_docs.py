@@ -1,8 +1,8 @@
 """The README and the guides in docs/ stay true to the code.
 
-Every shell command they show in a ```bash block is checked without running it: `stepcritic ...` and
-`python -m stepcritic...` commands parse with the command's own argument parser (a renamed or removed flag fails
-here), `stepcritic train` overrides parse against their recipe's strict key set, `accelerate launch` names an
+Every shell command they show in a ```bash block is checked without running it: `stepcritic ...`, `python -m
+stepcritic...` and `python examples/...` commands parse with the command's own argument parser (a renamed or removed
+flag fails here), `stepcritic train` overrides parse against their recipe's strict key set, `accelerate launch` names an
 existing launcher config, `make` an existing target and `pip install` existing extras. Every relative link (and its
 #anchor) resolves, every guide is linked from the README, and the README keeps the sections users come for.
 """
@@ -67,8 +67,9 @@ class _Parsed(Exception):
     pass
 
 
-def _parse_module(module: str, args: list[str]) -> None:
-    """Run `python -m module args` up to its argument parsing, and stop there: parse errors exit 2."""
+def _parse_module(module: str, args: list[str], script: bool = False) -> None:
+    """Run `python -m module args` (or `python module args`, a script's path, with `script`) up to its argument
+    parsing, and stop there: parse errors exit 2."""
     original_known, original_args = argparse.ArgumentParser.parse_known_args, argparse.ArgumentParser.parse_args
 
     def parse_known_then_stop(self, argv=None, namespace=None):
@@ -90,7 +91,10 @@ def _parse_module(module: str, args: list[str]) -> None:
             try:
                 with warnings.catch_warnings():  # a module another test imported already runs again as __main__
                     warnings.filterwarnings("ignore", message=".*found in sys.modules", category=RuntimeWarning)
-                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+                    if script:
+                        runpy.run_path(os.path.join(REPO, module), run_name="__main__")
+                    else:
+                        runpy.run_module(module, run_name="__main__", alter_sys=True)
             except _Parsed as parsed:
                 assert not parsed.args[0], f"python -m {module}: unrecognized arguments {parsed.args[0]}"
                 return
@@ -128,6 +132,9 @@ def _check_stepcritic(args: list[str]) -> None:
 
 
 def _check_python_m(args: list[str]) -> None:
+    if args[0].endswith(".py"):  # a script of the repository (examples/)
+        assert os.path.isfile(os.path.join(REPO, args[0])), f"no script {args[0]}"
+        return _parse_module(args[0], args[1:], script=True)
     assert args[0] == "-m", args
     module, rest = args[1], args[2:]
     assert module.startswith("stepcritic"), module
@@ -172,6 +179,8 @@ def test_a_wrong_flag_is_caught():
         _check_stepcritic(["data", "synth", "--n", "10", "--out", "x", "--no-such-flag"])
     with pytest.raises(AssertionError):
         _check_python_m(["-m", "stepcritic.bench.masks", "--no-such-flag"])
+    with pytest.raises(AssertionError):
+        _check_python_m(["examples/grpo_with_stepcritic_reward.py", "--critic", "prm:x", "--no-such-flag"])
     from stepcritic.train.config import RecipeError
     with pytest.raises(RecipeError, match="no_such_key"):
         _check_train(["--config", "recipes/tiny/prm.yaml", "--no_such_key", "1"])
