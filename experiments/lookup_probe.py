@@ -16,7 +16,8 @@ find an earlier copy of the current word; it shows whether that ability is what 
 
 `--align-steps N` then trains the projector alone for N steps to hand the language model each image token as the sum
 of the word embeddings that name its cell and content (`base_pretrain.alignment_loss`, LLaVA's first stage), so that a
-word's earlier "copy" can be an image token.
+word's earlier "copy" can be an image token. `--tokens-per-cell 4` (16 px patches) gives each grid cell a 2 x 2 square
+of image tokens, each aligned to one word (where, size, colour, shape), as a caption's tokens are.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--induction-steps", type=int, default=0, help="steps on repeated word lists first")
     parser.add_argument("--align-steps", type=int, default=0,
                         help="then steps that pull image tokens towards the words of their cell (the projector alone)")
+    parser.add_argument("--tokens-per-cell", type=int, choices=(1, 4), default=1,
+                        help="image tokens per grid cell: 1 (32 px patches, the tiny default) or 4 (16 px patches), "
+                             "each of the four then aligned to one word: where, size, colour, shape")
     parser.add_argument("--items", type=int, nargs=2, default=(2, 4), metavar=("MIN", "MAX"), help="shapes a scene")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--eval-every", type=int, default=100)
@@ -92,6 +96,43 @@ def encode(processor, convs: list, scene_as: str) -> dict:
     return {**batch, "labels": batch["input_ids"].masked_fill(~mask, -100)}
 
 
+def word_per_token(tokenizer, scenes: list):
+    """With four image tokens per cell (a 2 x 2 square), the words each token is aligned to, one idea per token as a
+    caption has one per word: where the cell is (" top", " left"), then what is there: size, colour, shape (-100 where
+    the cell is empty). Shaped (images, tokens, 2), tokens in the tower's row-major patch order."""
+    import torch
+
+    from stepcritic.data_prep.render import CELL_NAMES
+    from stepcritic.train.tiny.base_pretrain import cell_words
+    from stepcritic.train.tiny.vision_pretrain import token_cells
+
+    per_cell = cell_words(tokenizer, scenes)  # (images, cells, 5): the cell's name words, then size, colour, shape
+    names = [[tokenizer.encode(" " + w, add_special_tokens=False)[0] for w in name.split()]
+             for row in CELL_NAMES for name in row]
+    cells = token_cells(4 * per_cell.shape[1])
+    out = torch.full((len(scenes), len(cells), 2), -100, dtype=torch.long)
+    for t, cell in enumerate(cells.tolist()):
+        side = (t // 6 % 2) * 2 + t % 6 % 2  # the token's place in its cell's square: 0 top left ... 3 bottom right
+        if side == 0:
+            out[:, t, :len(names[cell])] = torch.tensor(names[cell])
+        else:
+            n_names = len(names[cell])
+            out[:, t, 0] = per_cell[:, cell, n_names + side - 1]  # size, colour or shape; -100 when empty
+    return out
+
+
+def token_alignment_loss(model, pixel_values, words):
+    """`base_pretrain.alignment_loss` over the tokens that have words (an empty cell's content tokens have none)."""
+    from stepcritic.train.tiny.vision_pretrain import cell_features
+
+    features = cell_features(model, pixel_values, words.shape[0])
+    table = model.get_input_embeddings().weight.detach()
+    target = (table[words.clamp(min=0)] * (words != -100)[..., None]).sum(-2)
+    has = (words != -100).any(-1)
+    distance = ((features - target) ** 2).sum(-1) / (target ** 2).sum(-1).clamp(min=1e-12)
+    return distance[has].mean()
+
+
 def exact_match(model, batch: dict) -> float:
     """Share of held-out answers whose every token is the model's first choice (teacher-forced)."""
     import torch
@@ -122,7 +163,8 @@ def main(args: argparse.Namespace) -> list[dict]:
         names = ", ".join(q.__name__.lstrip("_") for q in scene_qa.QUESTIONS)
         raise SystemExit(f"--question {args.question!r} is not a scene question; choose one of {names}")
     out = args.out or tempfile.mkdtemp(prefix="lookup-probe-")
-    model, processor = load_critic(build_tiny_critic(os.path.join(out, "init"), vision_pretrain_steps=400))
+    model, processor = load_critic(build_tiny_critic(os.path.join(out, "init"), vision_pretrain_steps=400,
+                                                     patch_size=32 if args.tokens_per_cell == 1 else 16))
     held_out = encode(processor, conversations(ask, random.Random(999), 128, tuple(args.items), args.scene),
                       args.scene)
     archs.freeze_vision_tower(model)
@@ -140,7 +182,10 @@ def main(args: argparse.Namespace) -> list[dict]:
         elif step < aligned:  # scenes as pictures, whatever --scene says: this stage trains the projector
             scenes = []
             batch = encode(processor, conversations(ask, rng, 16, tuple(args.items), "image", scenes), "image")
-            loss = alignment_loss(model, batch["pixel_values"], cell_words(processor.tokenizer, scenes))
+            if args.tokens_per_cell == 1:
+                loss = alignment_loss(model, batch["pixel_values"], cell_words(processor.tokenizer, scenes))
+            else:
+                loss = token_alignment_loss(model, batch["pixel_values"], word_per_token(processor.tokenizer, scenes))
         else:
             asked = conversations(ask, rng, 16, tuple(args.items), args.scene)
             loss = model(**encode(processor, asked, args.scene)).loss

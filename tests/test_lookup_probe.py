@@ -27,3 +27,23 @@ def test_a_text_scene_states_its_caption_and_shows_no_image_and_answers_like_the
         assert text[0]["content"][0]["text"].endswith(image[0]["content"][1]["text"])  # same question
         assert text[1] == image[1]  # same answer
         assert ": a " in text[0]["content"][0]["text"]  # the caption names what is where
+
+
+def test_four_tokens_per_cell_each_carry_one_idea_of_their_cell():
+    # 16 px patches: a 6 x 6 token grid, each 2 x 2 square one cell; its top-left token is aligned to where the cell
+    # is, the other three to the size, colour and shape of what is there (nothing when the cell is empty)
+    from stepcritic.data_prep.render import CELL_NAMES, Item
+    from stepcritic.experiments.lookup_probe import word_per_token
+    from stepcritic.train.tiny.vision_pretrain import token_cells
+
+    assert token_cells(9).tolist() == list(range(9))
+    assert token_cells(36).tolist()[:12] == [0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2]
+    tokenizer = build_config()[1].tokenizer
+
+    def word(w):
+        return tokenizer.encode(" " + w, add_special_tokens=False)[0]
+    words = word_per_token(tokenizer, [[Item("circle", "red", "big", 0, 1)]])[0]  # top row, middle column
+    assert words[2].tolist()[:len(CELL_NAMES[0][1].split())] == [word(w) for w in CELL_NAMES[0][1].split()]
+    assert [words[t, 0].item() for t in (3, 8, 9)] == [word("big"), word("red"), word("circle")]
+    assert (words[1:2] == -100).all() and (words[6:8] == -100).all()  # cell 0 is empty: only its name is aligned
+    assert words[0, 0].item() == word(CELL_NAMES[0][0].split()[0])

@@ -206,9 +206,12 @@ def test_vision_pretraining_teaches_every_cell_and_leaves_the_language_model_alo
     assert not torch.equal(tower_before, [p for p in model.parameters() if p.dim() == 4][0])
 
 
-def test_vision_pretraining_needs_one_image_token_per_grid_cell(tmp_path):
+def test_vision_pretraining_needs_a_square_of_image_tokens_per_grid_cell(tmp_path):
+    # 24 px patches cut the 3 x 3 grid's cells apart (4 x 4 tokens); 16 px patches give each cell a 2 x 2 square
     from stepcritic.train.tiny.vision_pretrain import pretrain_vision
 
-    model, processor = load_critic(build_tiny_critic(tmp_path / "p16", arch="llava", patch_size=16))
-    with pytest.raises(ValueError, match="one image token per grid cell"):
+    model, processor = load_critic(build_tiny_critic(tmp_path / "p24", arch="llava", patch_size=24))
+    with pytest.raises(ValueError, match="a square of image tokens per grid cell"):
         pretrain_vision(model, processor, steps=1)
+    model, processor = load_critic(build_tiny_critic(tmp_path / "p16", arch="llava", patch_size=16))
+    assert set(pretrain_vision(model, processor, steps=1)["accuracy"]) == {"shape", "colour", "size", "row", "column"}

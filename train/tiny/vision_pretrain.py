@@ -58,11 +58,28 @@ def cell_features(model, pixel_values, n_images: int):
     return features.reshape(n_images, -1, model.config.text_config.hidden_size)
 
 
+def token_cells(n_tokens: int):
+    """The grid cell of each image token, in the tower's row-major patch order, when each cell is a square of tokens
+    (one token per cell with 32 px patches, a 2 x 2 square with 16 px patches)."""
+    import torch
+
+    from stepcritic.data_prep.render import GRID
+
+    side = round((n_tokens / (GRID * GRID)) ** 0.5)
+    if side < 1 or side * side * GRID * GRID != n_tokens:
+        raise ValueError(f"vision pre-training needs a square of image tokens per grid cell; this model gives "
+                         f"{n_tokens} per image (set patch_size to image_size / {GRID} or a divisor of it)")
+    per_row = GRID * side
+    token = torch.arange(n_tokens)
+    return (token // per_row // side) * GRID + (token % per_row) // side
+
+
 def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
     """Train `model`'s vision tower and projector in place; returns the last step's loss and the heads'
     per-cell accuracy on a batch of fresh scenes.
 
-    Needs one image token per grid cell (the tiny LLaVA's default: 96 px images, 32 px patches).
+    Needs a square of image tokens per grid cell: one (the tiny LLaVA's default: 96 px images, 32 px patches) or
+    more (16 px patches: four), each token then classified as its cell.
     """
     import torch
 
@@ -74,9 +91,7 @@ def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
     device = next(model.parameters()).device
     pixel_values, _ = _scene_batch(random.Random(seed), processor, 1)
     n_tokens = cell_features(model, pixel_values.to(device), 1).shape[1]
-    if n_tokens != GRID * GRID:
-        raise ValueError(f"vision pre-training needs one image token per grid cell ({GRID * GRID}); "
-                         f"this model gives {n_tokens} per image (set patch_size = image_size / {GRID})")
+    cells = token_cells(n_tokens).to(device)
 
     hidden = model.config.text_config.hidden_size
     classes = (1 + len(SHAPES), 1 + len(COLOURS), 1 + len(SIZES), GRID, GRID)
@@ -91,6 +106,7 @@ def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
         pixel_values, labels = pixel_values.to(device), labels.to(device)
         features = cell_features(model, pixel_values, BATCH)
         logits = [head(features) for head in heads]
+        labels = labels[:, cells]  # each token is labelled as its cell
         loss = sum(torch.nn.functional.cross_entropy(lg.flatten(0, 1), labels[..., k].flatten())
                    for k, lg in enumerate(logits))
         optimizer.zero_grad()
@@ -99,7 +115,7 @@ def pretrain_vision(model, processor, steps: int, seed: int = 0) -> dict:
     model.eval()
     with torch.no_grad():  # accuracy on fresh scenes, not on the last training batch
         pixel_values, labels = _scene_batch(rng, processor, BATCH)
-        pixel_values, labels = pixel_values.to(device), labels.to(device)
+        pixel_values, labels = pixel_values.to(device), labels.to(device)[:, cells]
         logits = [head(cell_features(model, pixel_values, BATCH)) for head in heads]
         accuracy = {name: float((lg.argmax(-1) == labels[..., k]).float().mean())
                     for k, (name, lg) in enumerate(zip(HEADS, logits))}
