@@ -48,22 +48,6 @@ def private_tiny_cache(tmp_path_factory):
 def tiny_prm(tmp_path_factory):
     """A tiny PRM folder (`prm:DIR`) after 2 training steps on hand-made chains: its scores mean little, but they
     are the scores of a real trained artifact, for the tests of what consumes them (rewards, the server)."""
-    import torch
-    from helpers import RECIPES, chains
+    from helpers import train_tiny
 
-    from stepcritic.data_prep.build import build_dataset
-    from stepcritic.train.config import parse_recipe
-    from stepcritic.train.run import train
-
-    root = tmp_path_factory.mktemp("tiny-prm")
-    build_dataset(chains(8), "prm-sft", str(root / "data"), test_fraction=0.25, seed=0)
-    recipe = parse_recipe(os.path.join(RECIPES, "prm.yaml"), dict(
-        dataset_path=str(root / "data"), output_dir=str(root / "run"), max_steps=2, per_device_train_batch_size=2,
-        logging_steps=1, report_to="none", save_strategy="no"))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(recipe)
-    finally:
-        torch.set_num_threads(threads)
-    return str(root / "run")
+    return train_tiny(tmp_path_factory.mktemp("tiny-prm"), "prm", "prm-sft")

@@ -92,3 +92,34 @@ def ingest_and_build_every_kind(root, jsonl) -> tuple[str, dict]:
         assert stepcritic(["data", "build", "--chains", chains, "--kind", kind, "--out", built[kind],
                            "--test-fraction", "0.25"]) == 0
     return chains, built
+
+
+def cached_critiques(out) -> dict:
+    """The critiques `stepcritic eval --out OUT` cached for its one judge, by chain id."""
+    from stepcritic.eval.cache import JsonlLog
+
+    [path] = [os.path.join(root, "critiques.jsonl") for root, _, files in os.walk(os.path.join(out, "cache"))
+              if "critiques.jsonl" in files]
+    return JsonlLog(path, "chain_id").load()
+
+
+def train_tiny(root, recipe: str, kind: str, steps: int = 2) -> str:
+    """A tiny critic trained `steps` steps by `recipes/tiny/RECIPE.yaml` on `kind` rows built from `chains(8)`, on one
+    torch thread; its folder (`prm:DIR`, `reward:DIR`)."""
+    import torch
+
+    from stepcritic.data_prep.build import build_dataset
+    from stepcritic.train.config import parse_recipe
+    from stepcritic.train.run import train
+
+    build_dataset(chains(8), kind, str(root / "data"), test_fraction=0.25, seed=0)
+    config = parse_recipe(os.path.join(RECIPES, f"{recipe}.yaml"), dict(
+        dataset_path=str(root / "data"), output_dir=str(root / "run"), max_steps=steps, per_device_train_batch_size=2,
+        logging_steps=1, report_to="none", save_strategy="no"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(config)
+    finally:
+        torch.set_num_threads(threads)
+    return str(root / "run")

@@ -10,7 +10,7 @@ import pytest
 
 from stepcritic import cli as stepcritic_cli
 from stepcritic.data_prep.schema import save_chains, validate_chain
-from stepcritic.eval.cache import JsonlLog, is_judgment
+from stepcritic.eval.cache import is_judgment
 from stepcritic.eval.judges.registry import parse_spec
 from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
@@ -42,11 +42,6 @@ def run(chains_dir, out, spec, *extra, tasks=("critique",)):
                                 "--tasks", *tasks, *extra])
 
 
-def cached(out) -> dict:
-    [path] = [os.path.join(root, "critiques.jsonl") for root, _, files in os.walk(os.path.join(out, "cache"))
-              if "critiques.jsonl" in files]
-    return JsonlLog(path, "chain_id").load()
-
 
 def test_a_failure_retried_within_the_run_is_an_ordinary_judgment(chains_dir, tmp_path, capsys):
     out = tmp_path / "out"
@@ -55,7 +50,7 @@ def test_a_failure_retried_within_the_run_is_an_ordinary_judgment(chains_dir, tm
         assert len(server.requests) == 4 + 1  # the failing chain's one retry
         assert run(chains_dir, out, judge_spec(server)) == 0
         assert len(server.requests) == 5  # all cached
-    assert all(record["valid"] for record in cached(out).values())
+    assert all(record["valid"] for record in helpers.cached_critiques(out).values())
     assert "0 chains judged, 4 from cache, 0 invalid, 0 failed;" in capsys.readouterr().out
 
 
@@ -71,13 +66,14 @@ def test_a_failure_that_outlasts_the_retries_stops_the_run_and_is_asked_again(ch
         assert f"1 of 4 chains failed ({TARGET_ID})" in err[0] and "HTTP 500" in err[0]
         assert "(after 2 attempts)" in err[0] and "--allow-failures" in err[0]
         assert "3 chains judged, 0 from cache, 0 invalid, 1 failed;" in captured.out
-        assert sorted(cached(out)) == sorted({"g0-ok", "g0-bad", "g1-bad"})  # the failure is not a judgment
+        # the failure is not a judgment
+        assert sorted(helpers.cached_critiques(out)) == sorted({"g0-ok", "g0-bad", "g1-bad"})
         assert not os.path.exists(out / "report.md")
 
         assert run(chains_dir, out, spec) == 0  # the third attempt succeeds
         assert len(server.requests) == 5 + 1  # only the failed chain is asked again
     assert "1 chains judged, 3 from cache, 0 invalid, 0 failed;" in capsys.readouterr().out
-    assert cached(out)[TARGET_ID]["valid"] is True
+    assert helpers.cached_critiques(out)[TARGET_ID]["valid"] is True
 
 
 def test_allow_failures_leaves_failed_chains_out_of_every_metric_and_names_them(chains_dir, tmp_path, capsys):
@@ -111,7 +107,7 @@ def test_dropped_connections_are_failures_not_judgments(chains_dir, tmp_path, ca
         assert len(server.requests) == 3 + 2
         err = capsys.readouterr().err
         assert "1 of 4 chains failed" in err and "RemoteDisconnected" in err
-        assert TARGET_ID not in cached(out)
+        assert TARGET_ID not in helpers.cached_critiques(out)
         assert run(chains_dir, out, spec) == 0
         assert len(server.requests) == 5 + 1
 
@@ -136,14 +132,14 @@ def test_failures_an_older_version_cached_are_asked_again(chains_dir, tmp_path):
         assert len(server.requests) == 4
         [path] = [os.path.join(root, "critiques.jsonl") for root, _, files in os.walk(out / "cache")
                   if "critiques.jsonl" in files]
-        record = dict(cached(out)[TARGET_ID], verdicts=[None] * 3, valid=False, raw=None, explanations=None,
-                      error="HTTP 500: try again later (after 6 attempts)")
+        record = dict(helpers.cached_critiques(out)[TARGET_ID], verdicts=[None] * 3, valid=False, raw=None,
+                      explanations=None, error="HTTP 500: try again later (after 6 attempts)")
         with open(path, "a") as f:  # what older versions appended for a request that got no answer
             f.write(json.dumps(record) + "\n")
-        assert not is_judgment(cached(out)[TARGET_ID])
+        assert not is_judgment(helpers.cached_critiques(out)[TARGET_ID])
         assert run(chains_dir, out, spec) == 0
         assert len(server.requests) == 4 + 1
-    assert cached(out)[TARGET_ID]["valid"] is True
+    assert helpers.cached_critiques(out)[TARGET_ID]["valid"] is True
 
 
 def test_unreadable_answers_are_judgments_counted_invalid_and_kept(chains_dir, tmp_path, capsys):

@@ -20,7 +20,6 @@ from PIL import Image
 
 from stepcritic import cli as stepcritic_cli
 from stepcritic.data_prep.schema import save_chains, validate_chain
-from stepcritic.eval.cache import JsonlLog
 from stepcritic.eval.errors import EvalError
 from stepcritic.eval.judges import http_client
 from stepcritic.eval.judges.http_client import EndpointUnavailable
@@ -266,11 +265,6 @@ def run_eval(chains_dir, out, spec):
                                 "--tasks", "critique"])
 
 
-def cached(out) -> dict:
-    [path] = [os.path.join(root, "critiques.jsonl") for root, _, files in os.walk(os.path.join(out, "cache"))
-              if "critiques.jsonl" in files]
-    return JsonlLog(path, "chain_id").load()
-
 
 def test_a_permanent_failure_is_not_cached_and_is_asked_again_by_the_next_run(chains_dir, tmp_path, capsys):
     out = tmp_path / "out"
@@ -281,13 +275,13 @@ def test_a_permanent_failure_is_not_cached_and_is_asked_again_by_the_next_run(ch
         captured = capsys.readouterr()
         assert f"1 of 4 chains failed ({TARGET_ID})" in captured.err and "HTTP 500" in captured.err
         assert "3 chains judged, 0 from cache, 0 invalid, 1 failed;" in captured.out
-        assert sorted(cached(out)) == ["g0-bad", "g0-ok", "g1-bad"]  # the failure is no judgment
+        assert sorted(helpers.cached_critiques(out)) == ["g0-bad", "g0-ok", "g1-bad"]  # the failure is no judgment
 
         server.fail_first = 0
         assert run_eval(chains_dir, out, spec) == 0
         assert server.chains_scored()[5:] == [TARGET_ID]  # only the failed chain is asked again
     assert "1 chains judged, 3 from cache, 0 invalid, 0 failed;" in capsys.readouterr().out
-    record = cached(out)[TARGET_ID]
+    record = helpers.cached_critiques(out)[TARGET_ID]
     assert [1.0 - p for p in record["p_incorrect"]] == record["extra"]["p_correct"]
     predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert {p["chain_id"] for p in predictions} == {"g0-ok", "g0-bad", "g1-ok", "g1-bad"}

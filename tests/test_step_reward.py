@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import RECIPES, chains, png
+from helpers import chains, png, train_tiny
 from PIL import Image
 
 from stepcritic.data_prep.schema import validate_chain
@@ -215,22 +215,7 @@ def test_a_judge_of_whole_chains_gives_its_chain_score_under_every_aggregate(agg
 @pytest.fixture(scope="module")
 def tiny_reward_model(tmp_path_factory):
     """A tiny outcome reward model after 2 training steps (`reward:DIR`)."""
-    import os
-
-    import torch
-
-    from stepcritic.data_prep.build import build_dataset
-    from stepcritic.train.config import parse_recipe
-    from stepcritic.train.run import train
-
-    root = tmp_path_factory.mktemp("tiny-reward")
-    build_dataset(chains(8), "outcome-rm", str(root / "data"), test_fraction=0.25, seed=0)
-    recipe = parse_recipe(os.path.join(RECIPES, "reward.yaml"), dict(
-        dataset_path=str(root / "data"), output_dir=str(root / "run"), max_steps=2, per_device_train_batch_size=2,
-        logging_steps=1, report_to="none", save_strategy="no"))
-    assert torch.get_num_threads() == 1
-    train(recipe)
-    return str(root / "run")
+    return train_tiny(tmp_path_factory.mktemp("tiny-reward"), "reward", "outcome-rm")
 
 
 def test_a_trained_reward_model_scores_as_eval_does(tiny_reward_model):
