@@ -20,12 +20,16 @@ def main(argv=None) -> int:
     parser.add_argument("--model", required=True, help="a tiny critic folder (e.g. a cached build with base steps)")
     parser.add_argument("--per-question", type=int, default=48)
     parser.add_argument("--caption", action="store_true", help="ask after the gold caption")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPUs with avx512_bf16)")
     args = parser.parse_args(argv)
+    import torch
+
     from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny.base_pretrain import probe
 
     model, processor = load_critic(args.model)
-    print(json.dumps(probe(model, processor, args.per_question, args.caption), indent=2))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        print(json.dumps(probe(model, processor, args.per_question, args.caption), indent=2))
     return 0
 
 

