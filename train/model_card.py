@@ -79,7 +79,8 @@ def write_model_card(recipe, output_dir: str, metrics: dict, trainable: int, tot
 
     args = recipe.script_args
     if args.tiny_model and args.tiny_pretrained_base:
-        base = f"StepCritic tiny base, pretrained on rendered scenes ({recipe.model_path()})"
+        on = " on SmolLM2-135M-Instruct" if args.tiny_model_lm == "smollm2" else ""
+        base = f"StepCritic tiny base{on}, pretrained on rendered scenes ({recipe.model_path()})"
     elif args.tiny_model and args.tiny_model_arch == "text":
         base = "StepCritic tiny text critic (random init, offline; a Qwen2 causal LM reading text only)"
     elif args.tiny_model:

@@ -303,11 +303,17 @@ def tiny_note(recipe) -> str:
     """What a real run does to get the tiny critic, which the dry run itself never builds."""
     args = recipe.script_args
     if args.tiny_pretrained_base:
-        from stepcritic.train.tiny import shipped
+        if args.tiny_model_lm == "smollm2":
+            from stepcritic.train.tiny import shipped_smol as shipped
+        else:
+            from stepcritic.train.tiny import shipped
 
         reason = shipped.stale_reason()
         if reason is None:
             return f"starts from the shipped pretrained base ({shipped.FOLDER})"
+        if args.tiny_model_lm == "smollm2":
+            return (f"{reason}: a real run starts from SmolLM2 with only its vision tower pre-trained (about a "
+                    "minute, cached under $STEPCRITIC_CACHE or ~/.cache/stepcritic)")
         return (f"{reason}: a real run first builds a short base instead (about 5 minutes on 2 CPU cores, cached "
                 "under $STEPCRITIC_CACHE or ~/.cache/stepcritic)")
     planned = ((args.tiny_vision_pretrain_steps, "vision"), (args.tiny_base_pretrain_steps, "vision-language"))
@@ -319,14 +325,22 @@ def tiny_note(recipe) -> str:
 def tiny_processor(recipe):
     """The tiny critic's processor, from the shipped base's folder or from the code that builds the critic: the
     critic itself (minutes of pre-training for some sizes) is never built by a dry run."""
-    from stepcritic.train.tiny import shipped
+    from stepcritic.train.tiny import shipped, shipped_smol
     from stepcritic.train.tiny.model import build_config
 
     args = recipe.script_args
-    if args.tiny_pretrained_base and shipped.stale_reason() is None:
-        from transformers import AutoProcessor
+    if args.tiny_pretrained_base:
+        base = shipped_smol if args.tiny_model_lm == "smollm2" else shipped
+        usable = base.shipped_meta() is not None if base is shipped_smol else base.stale_reason() is None
+        if usable:  # the processor is saved beside the weights: no model is built
+            from transformers import AutoProcessor
 
-        return AutoProcessor.from_pretrained(str(shipped.FOLDER))
+            return AutoProcessor.from_pretrained(str(base.FOLDER))
+        if base is shipped_smol:
+            from stepcritic.train.loading import load_processor
+            from stepcritic.train.tiny.smol import scaffold_path
+
+            return load_processor(scaffold_path(), text_only=False)
     return build_config(arch=args.tiny_model_arch, size=args.tiny_model_size)[1]
 
 

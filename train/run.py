@@ -129,6 +129,8 @@ def summary(recipe, metrics: dict, log_history: list, steps: int, resumed_at: in
     from stepcritic.train.model_card import eval_command
 
     args, method = recipe.training_args, recipe.method
+    # a note-writing PRM is scored from its merged model, whose config records the note format
+    judged = metrics.get("merged_dir") if method == "prm" and metrics.get("merged_dir") else args.output_dir
     losses = [entry["loss"] for entry in log_history if isinstance(entry.get("loss"), (int, float))]
     facts = [f"resumed at step {resumed_at:,}"] if resumed_at is not None else []
     if "train_runtime" in metrics:
@@ -141,7 +143,7 @@ def summary(recipe, metrics: dict, log_history: list, steps: int, resumed_at: in
         facts.append(f"eval loss {metrics['eval_loss']:.4g}")
     return (f"saved the {method} critic to {args.output_dir} after {steps:,} step{'' if steps == 1 else 's'} "
             f"({'; '.join(facts)}); "
-            f"evaluate it with: {eval_command(method, args.output_dir, recipe.script_args.dataset_kind)}")
+            f"evaluate it with: {eval_command(method, judged, recipe.script_args.dataset_kind)}")
 
 
 def train(recipe) -> dict:
