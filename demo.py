@@ -21,6 +21,14 @@ PLANS = {
     "full": {"n_train": 4000, "n_test": 200, "prm_steps": 600, "sft_steps": 60, "dpo_steps": 10, "batch": 8},
     "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4},
 }
+# On SmolLM2 (`--base smollm2`, recipes/tiny-smol) a step costs about 20 of the tiny critic's: fewer, and a
+# pretrained language model needs fewer.
+SMOL_PLANS = {
+    "full": {"n_train": 2000, "n_test": 200, "prm_steps": 100, "sft_steps": 60, "dpo_steps": 10, "batch": 8},
+    "quick": {"n_train": 60, "n_test": 8, "prm_steps": 2, "sft_steps": 2, "dpo_steps": 1, "batch": 2},
+}
+# the recipe folder and how its judges load for each base: SmolLM2's critics score in bfloat16, twice as fast
+BASES = {"tiny": ("tiny", ""), "smollm2": ("tiny-smol", ",dtype=bfloat16")}
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
 TARGETS = {
     "prm_f1": 0.80, "prm_auroc": 0.90, "prm_kind_auroc": 0.85, "margin_over_prompted": 0.15,
@@ -39,13 +47,16 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--level", choices=tuple(LEVELS), default="standard",
                         help="synthetic difficulty (data synth --level): standard, the default dataset (default), or "
                              "easy, 1-2 shapes per scene")
+    parser.add_argument("--base", choices=tuple(BASES), default="tiny",
+                        help="the pretrained base the critics start from: tiny (its own 3M-parameter language model, "
+                             "the default) or smollm2 (SmolLM2-135M-Instruct; needs the smol extra)")
     return parser
 
 
-def _recipe_path(name: str) -> str:
+def _recipe_path(name: str, folder: str = "tiny") -> str:
     from importlib.resources import files
 
-    return str(files("stepcritic.recipes").joinpath("tiny", name))
+    return str(files("stepcritic.recipes").joinpath(folder, name))
 
 
 class Stages:
@@ -63,19 +74,20 @@ class Stages:
         return result
 
 
-def _train(recipe_name: str, overrides: dict) -> str:
+def _train(recipe_name: str, folder: str, overrides: dict) -> str:
+    """Train a recipe; returns the folder a judge loads (the merged model when the recipe merges its adapter)."""
     from stepcritic.train.config import parse_recipe
     from stepcritic.train.run import train
 
-    recipe = parse_recipe(_recipe_path(recipe_name), overrides)
-    train(recipe)
-    return recipe.training_args.output_dir
+    recipe = parse_recipe(_recipe_path(recipe_name, folder), overrides)
+    metrics = train(recipe)
+    return (metrics or {}).get("merged_dir") or recipe.training_args.output_dir
 
 
-def _base_model(recipe_name: str) -> str:
+def _base_model(recipe_name: str, folder: str) -> str:
     from stepcritic.train.config import parse_recipe
 
-    return parse_recipe(_recipe_path(recipe_name)).model_path()
+    return parse_recipe(_recipe_path(recipe_name, folder)).model_path()
 
 
 def _step(metrics: dict, judge: str) -> dict:
@@ -146,7 +158,9 @@ def main(args: argparse.Namespace) -> int:
     from stepcritic.data_prep.synth import synthesize_to_disk
     from stepcritic.eval.runner import DEFAULT_TASKS, build_judge, evaluate
 
-    plan = dict(PLANS["quick" if args.quick else "full"], level=args.level)
+    folder, judged = BASES[args.base]
+    plans = SMOL_PLANS if args.base == "smollm2" else PLANS
+    plan = dict(plans["quick" if args.quick else "full"], level=args.level, base=args.base)
     out = os.path.abspath(args.out)
     data, models = os.path.join(out, "data"), os.path.join(out, "models")
     stages = Stages()
@@ -170,23 +184,23 @@ def main(args: argparse.Namespace) -> int:
 
     common = {"per_device_train_batch_size": plan["batch"], "seed": args.seed, "report_to": "none",
               "save_strategy": "no"}
-    prm_dir = stages.run("train PRM critic (full fine-tuning)", _train, "prm.yaml", dict(
+    prm_dir = stages.run("train PRM critic", _train, "prm.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "prm-sft"), output_dir=os.path.join(models, "prm"),
         max_steps=plan["prm_steps"]))
-    sft_dir = stages.run("train critique SFT", _train, "critique-sft.yaml", dict(
+    sft_dir = stages.run("train critique SFT", _train, "critique-sft.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "critique-sft"), output_dir=os.path.join(models, "critique-sft"),
         max_steps=plan["sft_steps"]))
-    dpo_dir = stages.run("train critique DPO (from the SFT critic)", _train, "dpo.yaml", dict(
+    dpo_dir = stages.run("train critique DPO (from the SFT critic)", _train, "dpo.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "critique-pref"), output_dir=os.path.join(models, "critique-dpo"),
         model_name_or_path=sft_dir, tiny_model=False, max_steps=plan["dpo_steps"],
         per_device_train_batch_size=min(plan["batch"], 4)))
 
     # critiques are decoded under their JSON structure (eval/judges/structured.py), trained and prompted alike
     # (explanations capped at 24 tokens: the gold ones take about 12)
-    base = _base_model("prm.yaml")  # the critics' start point, asked as a judge the way a user asks a VLM
-    roles = {"prm": f"prm:{prm_dir}", "writer": f"hf:{dpo_dir},{WRITER},notes=true",
-             "blank": f"text-only:prm:{prm_dir}",
-             "prompted": [f"step-check:{base}", f"hf:{base},{WRITER}"],
+    base = _base_model("prm.yaml", folder)  # the critics' start point, asked as a judge the way a user asks a VLM
+    roles = {"prm": f"prm:{prm_dir}{judged}", "writer": f"hf:{dpo_dir},{WRITER},notes=true{judged}",
+             "blank": f"text-only:prm:{prm_dir}{judged}",
+             "prompted": [f"step-check:{base}{judged}", f"hf:{base},{WRITER}{judged}"],
              "trivial": ["always-correct", "random,rate=1.0,seed=0", "random,rate=0.5,seed=0", "majority"]}
     specs = [roles["prm"], roles["writer"], roles["blank"], *roles["prompted"], *roles["trivial"]]
     judges = [build_judge(spec) for spec in specs]

@@ -57,3 +57,23 @@ def test_quick_demo_writes_a_report_with_trained_critics_and_baselines(tmp_path)
     for name in ("prm", "critique-sft", "critique-dpo"):  # DPO may save a LoRA adapter over the SFT critic
         saved = os.listdir(out / "models" / name)
         assert "model.safetensors" in saved or "adapter_model.safetensors" in saved, (name, saved)
+
+
+@pytest.mark.slow
+def test_quick_demo_on_smollm2_trains_and_judges_through_the_tiny_smol_recipes(tmp_path):
+    """`--base smollm2`: the critics start from the SmolLM2 base (recipes/tiny-smol, LoRA), the note PRM is judged
+    from its merged folder and every SmolLM2 judge scores in bfloat16."""
+    from stepcritic.train.tiny import smol
+
+    if not smol.available():
+        pytest.skip(f"SmolLM2 is not installed: {smol.INSTALL}")
+    out = tmp_path / "demo"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", STEPCRITIC_CACHE=str(tmp_path / "c"))
+    run = subprocess.run([sys.executable, "-m", "stepcritic", "demo", "--quick", "--base", "smollm2", "--out",
+                          str(out)], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    metrics = json.loads((out / "eval" / "metrics.json").read_text())
+    judges = set(metrics["judges"])
+    assert f"prm:{out / 'models' / 'prm' / 'merged'},dtype=bfloat16" in judges
+    assert sum(j.endswith("dtype=bfloat16") or ",dtype=bfloat16," in j for j in judges) == 5
+    assert json.loads((out / "timings.json").read_text())["plan"]["base"] == "smollm2"
