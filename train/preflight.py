@@ -337,10 +337,11 @@ def tiny_processor(recipe):
 
             return AutoProcessor.from_pretrained(str(base.FOLDER))
         if base is shipped_smol:
-            from stepcritic.train.loading import load_processor
-            from stepcritic.train.tiny.smol import scaffold_path
+            from transformers import AutoProcessor
 
-            return load_processor(scaffold_path(), text_only=False)
+            from stepcritic.train.tiny.smol import processor_path
+
+            return AutoProcessor.from_pretrained(processor_path())
     return build_config(arch=args.tiny_model_arch, size=args.tiny_model_size)[1]
 
 

@@ -58,20 +58,45 @@ def available() -> bool:
     return True
 
 
-def load_language_model():
-    """(SmolLM2 causal LM in float32, its tokenizer with `<image>` added and the project's chat template)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_tokenizer():
+    """SmolLM2's tokenizer with `<image>` added and the project's chat template (no weights are read)."""
+    from transformers import AutoTokenizer
 
     from stepcritic.train.tiny.tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN, PAD_TOKEN, TURN_END
 
     folder, name = gguf_location()
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
     # the same specials as the tiny tokenizer: SmolLM2 already speaks ChatML with these
     tokenizer.pad_token, tokenizer.eos_token = PAD_TOKEN, TURN_END
     tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_processor(tokenizer=None, image_size: int = 96, patch_size: int = 32):
+    """The scaffold's LlavaProcessor: 96 px images, one image token per 32 px patch (grid cell)."""
+    from transformers import LlavaProcessor
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    from stepcritic.train.tiny.tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN
+
+    return LlavaProcessor(
+        image_processor=SiglipImageProcessorPil(size={"height": image_size, "width": image_size},
+                                                image_mean=[0.5] * 3, image_std=[0.5] * 3),
+        tokenizer=tokenizer or load_tokenizer(), patch_size=patch_size, vision_feature_select_strategy="full",
+        chat_template=CHAT_TEMPLATE, image_token=IMAGE_TOKEN, num_additional_image_tokens=0)
+
+
+def load_language_model():
+    """(SmolLM2 causal LM in float32, its tokenizer from `load_tokenizer`)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from stepcritic.train.tiny.tokenizer import IMAGE_TOKEN
+
+    folder, name = gguf_location()
+    tokenizer = load_tokenizer()
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     with torch.no_grad():  # the new row is never an input (image features replace it) and never a target
         model.get_input_embeddings().weight[tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)] = 0.0
@@ -86,13 +111,11 @@ def build_scaffold(out_dir: str | os.PathLike, seed: int = 0, image_size: int = 
         LlamaConfig,
         LlavaConfig,
         LlavaForConditionalGeneration,
-        LlavaProcessor,
         SiglipVisionConfig,
     )
-    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
     from stepcritic.train.tiny.model import MODEL_SIZES
-    from stepcritic.train.tiny.tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN
+    from stepcritic.train.tiny.tokenizer import IMAGE_TOKEN
 
     language, tokenizer = load_language_model()
     # the weights are dequantised on load: the scaffold is a plain float32 checkpoint, not a GGUF-quantised one
@@ -112,11 +135,7 @@ def build_scaffold(out_dir: str | os.PathLike, seed: int = 0, image_size: int = 
     model.tie_weights()
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id, max_new_tokens=256)
-    processor = LlavaProcessor(
-        image_processor=SiglipImageProcessorPil(size={"height": image_size, "width": image_size},
-                                                image_mean=[0.5] * 3, image_std=[0.5] * 3),
-        tokenizer=tokenizer, patch_size=patch_size, vision_feature_select_strategy="full",
-        chat_template=CHAT_TEMPLATE, image_token=IMAGE_TOKEN, num_additional_image_tokens=0)
+    processor = build_processor(tokenizer, image_size, patch_size)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
@@ -124,25 +143,25 @@ def build_scaffold(out_dir: str | os.PathLike, seed: int = 0, image_size: int = 
     return str(out)
 
 
-def scaffold_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
-    """The cached scaffold (built on first use, about 30 s): keyed by the wheel's file, the builder's version, the
-    transformers version and the seed."""
+def _cached(prefix: str, cache_dir, build, **key) -> str:
+    """A folder of the cache built once by `build(folder)`, keyed by the wheel's file, the builder's version, the
+    transformers version and `key`; built in a temporary sibling renamed into place."""
     import transformers
 
     from stepcritic.train.tiny.cache import default_cache_dir
 
     folder, name = gguf_location()
     stat = os.stat(os.path.join(folder, name))
-    key = json.dumps({"gguf": [name, stat.st_size], "version": SCAFFOLD_VERSION, "seed": seed,
-                      "transformers": transformers.__version__}, sort_keys=True)
+    key = json.dumps({"gguf": [name, stat.st_size], "version": SCAFFOLD_VERSION,
+                      "transformers": transformers.__version__, **key}, sort_keys=True)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / f"tiny-smol-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    target = root / f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     if target.is_dir():
         return str(target)
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
     try:
-        build_scaffold(staging, seed=seed)
+        build(staging)
         os.rename(staging, target)
     except OSError:
         if not target.is_dir():  # another process won the rename race
@@ -150,6 +169,17 @@ def scaffold_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -> 
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return str(target)
+
+
+def scaffold_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
+    """The cached scaffold (built on first use, about 30 s)."""
+    return _cached("tiny-smol", cache_dir, lambda out: build_scaffold(out, seed=seed), seed=seed)
+
+
+def processor_path(cache_dir: str | os.PathLike | None = None) -> str:
+    """The scaffold's processor alone, cached (reading the tokenizer out of the GGUF file takes seconds; a dry run
+    needs the processor, never the weights)."""
+    return _cached("tiny-smol-processor", cache_dir, lambda out: build_processor().save_pretrained(out))
 
 
 def add_lora(model, rank: int = 16):
