@@ -148,13 +148,13 @@ def _cached(prefix: str, cache_dir, build, **key) -> str:
     transformers version and `key`; built in a temporary sibling renamed into place."""
     import transformers
 
-    from stepcritic.train.tiny.cache import default_cache_dir
-
     folder, name = gguf_location()
     stat = os.stat(os.path.join(folder, name))
     key = json.dumps({"gguf": [name, stat.st_size], "version": SCAFFOLD_VERSION,
                       "transformers": transformers.__version__, **key}, sort_keys=True)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    # cache.default_cache_dir's rule, not imported: the loader resolves the scaffold through this module, and
+    # cache.py leads back to the loader (cache -> base_pretrain -> loading)
+    root = Path(cache_dir or os.environ.get("STEPCRITIC_CACHE", Path.home() / ".cache" / "stepcritic"))
     target = root / f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     if target.is_dir():
         return str(target)
