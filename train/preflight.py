@@ -308,6 +308,9 @@ def tiny_note(recipe) -> str:
         else:
             from stepcritic.train.tiny import shipped
 
+        if args.tiny_model_lm == "smollm2" and shipped.shipped_meta() is not None:
+            # its fingerprint needs the scaffold, built from the weights: checked when a real run starts
+            return f"starts from the shipped pretrained base ({shipped.FOLDER}) if it matches the code"
         reason = shipped.stale_reason()
         if reason is None:
             return f"starts from the shipped pretrained base ({shipped.FOLDER})"
