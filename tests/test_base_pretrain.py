@@ -131,3 +131,13 @@ def test_a_run_with_every_stage_goes_induction_then_projector_then_scenes(fresh)
     result = pretrain_base(model, processor, 5, batch_size=2, log_every=1, induction_steps=2, align_steps=2,
                            align_weight=0.5)
     assert result["steps"] == 5 and all(h["loss"] == h["loss"] for h in result["history"])  # no NaN
+
+
+def test_bad_question_weights_are_one_line_and_exit_2(tmp_path, capsys):
+    from stepcritic.train.tiny import base_pretrain
+
+    args = base_pretrain.make_parser().parse_args(["--out", str(tmp_path / "run"), "--question-weights", "relatoin=3"])
+    assert base_pretrain.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --question-weights: unknown question kind 'relatoin'") and "\n" not in err
+    assert not (tmp_path / "run").exists()  # nothing built before the arguments are checked

@@ -52,3 +52,32 @@ def test_most_conversations_ask_about_the_image_without_a_caption_to_copy_from()
     firsts = [scene_qa.conversation(rng)[0][0]["content"][1]["text"] for _ in range(200)]
     captioned = sum(text == "Describe the image." for text in firsts) / len(firsts)
     assert 0.15 <= captioned <= 0.45
+
+
+def test_question_weights_spend_the_draws_on_the_kinds_named():
+    # a base continued on its weakest kinds (base_pretrain --question-weights) must actually see more of them
+    rng = random.Random(2)
+    weights = scene_qa.parse_weights("relation=6, bigger=0")
+    asked = [m["content"][-1]["text"] for _ in range(150)
+             for m in scene_qa.conversation(rng, weights=weights)[0] if m["role"] == "user"]
+    relation = sum(" to the left of " in q or " above " in q or " below " in q or " to the right of " in q
+                   for q in asked) / len(asked)
+    assert relation > 0.25  # about 6/18 of the draws, against 1/13 without weights
+    assert not any(" bigger than " in q for q in asked)
+
+
+def test_question_weights_without_weights_leave_the_data_as_it_was():
+    # the shipped bases were pre-trained on the unweighted stream: their commands must still reproduce it
+    assert scene_qa.conversation(random.Random(5)) == scene_qa.conversation(random.Random(5), weights={})
+    unweighted = scene_qa.conversation(random.Random(5))
+    assert unweighted != scene_qa.conversation(random.Random(5), weights={"relation": 5.0})
+
+
+def test_question_weights_errors_name_the_part():
+    import pytest
+
+    for text, said in [("relations=2", "unknown question kind 'relations'"), ("sum=x", "must be a number"),
+                       ("sum=-1", "cannot be negative"), (",".join(f"{k}=0" for k in scene_qa.KINDS), "weight 0")]:
+        with pytest.raises(ValueError, match=said):
+            scene_qa.parse_weights(text)
+    assert scene_qa.parse_weights("") == {}

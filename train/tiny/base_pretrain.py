@@ -74,9 +74,9 @@ class SceneConversations:
     """Encoded scene conversations; batch `step` depends only on (seed, step, batch_size, steps)."""
 
     def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6, exclude: frozenset = frozenset(),
-                 words: bool = False, induction_steps: int = 0):
+                 words: bool = False, induction_steps: int = 0, weights: dict | None = None):
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
-        self.exclude, self.words, self.induction_steps = exclude, words, induction_steps
+        self.exclude, self.words, self.induction_steps, self.weights = exclude, words, induction_steps, weights
 
     def conversations(self, rng: random.Random, n: int, max_items: int = 6, scenes: list | None = None) -> list:
         """`n` encoded-ready conversations; their scenes' items are appended to `scenes` when given."""
@@ -88,7 +88,7 @@ class SceneConversations:
         out = []
         while len(out) < n:
             messages, png, items = conversation(rng, self.n_questions, self.image_size, max_items=max_items,
-                                                with_items=True)
+                                                with_items=True, weights=self.weights)
             if scene_key(items) in self.exclude:
                 continue
             out.append(prepare_multimodal_messages(messages, images=[to_rgb(png)]))
@@ -201,7 +201,8 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
                   image_size: int = 96, device: str | None = None, bf16: bool = False, workers: int = 0,
                   log_every: int = 100, max_seconds: float | None = None, checkpoint_dir: str | None = None,
                   save_every: int = 250, probe_every: int = 0, exclude: frozenset = frozenset(),
-                  align_weight: float = 0.0, align_steps: int = 0, induction_steps: int = 0) -> dict:
+                  align_weight: float = 0.0, align_steps: int = 0, induction_steps: int = 0,
+                  question_weights: dict | None = None) -> dict:
     """Train `model`'s language model and projector in place (vision tower frozen); returns the steps done, the
     last logged loss, the answer-token accuracy on fresh scenes, and the history of logged losses and probes.
 
@@ -210,6 +211,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     alignment loss (`alignment_loss`) to every step; the first `align_steps` steps train the projector on it alone.
     `induction_steps` come before both: next-token loss on repeated word lists (`repeated_word_batch`), the
     language model alone, so that it can find a word's earlier copy before it is asked to find a named shape.
+    `question_weights` ({kind: weight}) draws the question kinds unevenly (`scene_qa.conversation`).
     """
     import torch
 
@@ -242,7 +244,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     torch.manual_seed(seed + first)
     model.to(device).train()
     source = SceneConversations(processor, seed, image_size, exclude=exclude, words=bool(align_weight or align_steps),
-                                induction_steps=induction_steps)
+                                induction_steps=induction_steps, weights=question_weights)
     start, loss_value, done = time.perf_counter(), float("nan"), first
     for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -377,6 +379,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--lora-rank", type=int, default=16, help="LoRA rank of the adapters (--lm smollm2)")
     parser.add_argument("--bf16", action="store_true",
                         help="bfloat16 autocast (on a CPU with avx512_bf16 a LoRA step of SmolLM2 is about 2x faster)")
+    parser.add_argument("--question-weights", default="",
+                        help="draw question kinds unevenly, e.g. relation=3,bigger=3 (others 1): to continue a base "
+                             "(--init-from) on the kinds its probe says are weakest")
     parser.add_argument("--init-from", help="start from the weights of a model folder (the shipped base: "
                                             "stepcritic/train/tiny/base) or of another run's checkpoint.pt (not its "
                                             "optimiser or schedule)")
@@ -399,6 +404,13 @@ def _smol_init(out: str, seed: int, vision_steps: int) -> None:
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stdout)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from stepcritic.train.tiny.scene_qa import parse_weights
+
+    try:
+        weights = parse_weights(args.question_weights)
+    except ValueError as e:
+        print(f"error: --question-weights: {e}", file=sys.stderr)
+        return 2
     import torch
 
     if args.threads:
@@ -431,7 +443,7 @@ def main(args: argparse.Namespace) -> int:
                            max_seconds=args.max_minutes * 60 if args.max_minutes else None, checkpoint_dir=args.out,
                            save_every=args.save_every, probe_every=args.probe_every, exclude=excluded_scenes(),
                            align_weight=args.align_weight, align_steps=args.align_steps,
-                           induction_steps=args.induction_steps, bf16=args.bf16)
+                           induction_steps=args.induction_steps, bf16=args.bf16, question_weights=weights or None)
     final = os.path.join(args.out, "model")
     model.save_pretrained(final)
     processor.save_pretrained(final)

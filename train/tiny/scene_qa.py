@@ -146,23 +146,45 @@ def _more(rng, items):
 
 QUESTIONS = (_colour, _where, _what_at, _count_shape, _count_colour, _exists, _relation, _bigger, _is_colour, _is_at,
              _is_count, _sum, _more)
+KINDS = tuple(ask.__name__.lstrip("_") for ask in QUESTIONS)  # the probe's names for them
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """`relation=3,bigger=2` -> {kind: weight}; kinds not named keep weight 1. ValueError naming the bad part."""
+    weights = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        kind, _, value = part.partition("=")
+        if kind not in KINDS:
+            raise ValueError(f"unknown question kind {kind!r} in {part!r} (kinds: {', '.join(KINDS)})")
+        try:
+            weights[kind] = float(value)
+        except ValueError:
+            raise ValueError(f"{part!r}: the weight must be a number (kind=weight)") from None
+        if weights[kind] < 0:
+            raise ValueError(f"{part!r}: a weight cannot be negative")
+    if weights and not any(weights.get(k, 1.0) > 0 for k in KINDS):
+        raise ValueError("every question kind has weight 0")
+    return weights
 
 
 def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96, max_items: int = 6,
-                 caption_rate: float = 0.3, with_items: bool = False) -> tuple:
+                 caption_rate: float = 0.3, with_items: bool = False, weights: dict | None = None) -> tuple:
     """One scene of 1..max_items shapes as chat messages (the image on the first user turn) and its PNG bytes:
     `n_questions` questions, after a caption in `caption_rate` of conversations. Mostly without: once the
     caption is in the context, every later answer can be copied from its words instead of read off the image.
-    `with_items` adds the scene's items as a third element."""
+    `with_items` adds the scene's items as a third element. `weights` ({kind: weight}, 1 where absent) draws the
+    kinds unevenly, to spend a continued pre-training on the kinds its probe says are weakest."""
     from stepcritic.data_prep.prompts import assistant_turn, user_turn, user_with_image
 
     items = place(rng, random_pairs(rng, rng.randint(1, max_items)))
     messages = []
     if rng.random() < caption_rate:
         messages = [user_with_image("Describe the image."), assistant_turn(caption(items))]
-    questions = 0
+    questions, mix = 0, [weights.get(k, 1.0) for k in KINDS] if weights else None
     while questions < n_questions:
-        asked = rng.choice(QUESTIONS)(rng, items)
+        # without weights, rng.choice: the draws (and so a base's data) stay as they were before weights existed
+        ask = rng.choices(QUESTIONS, weights=mix)[0] if mix else rng.choice(QUESTIONS)
+        asked = ask(rng, items)
         if asked:
             messages += [user_turn(asked[0]) if messages else user_with_image(asked[0]), assistant_turn(asked[1])]
             questions += 1
