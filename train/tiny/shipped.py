@@ -76,7 +76,7 @@ def stale_reason() -> str | None:
     return None
 
 
-def base_path(cache_dir: str | os.PathLike | None = None, log=print) -> str:
+def base_path(cache_dir: str | os.PathLike | None = None, log=None) -> str:
     """The folder to start a tiny critic from: the shipped base when it fits the code, else a short base built
     into the tiny-model cache (a few minutes, once), with one line saying so and how to rebuild the real one."""
     reason = stale_reason()
@@ -84,6 +84,7 @@ def base_path(cache_dir: str | os.PathLike | None = None, log=print) -> str:
         return str(FOLDER)
     from stepcritic.train.tiny.cache import tiny_critic_path
 
+    log = log or (lambda line: print(line, flush=True))  # flushed: behind a pipe it would land after the build
     log(f"note: {reason}; building a short base instead (about 5 minutes on 2 CPU cores, cached), so critics "
         f"trained from it will score worse than the README says. Rebuild the shipped base with: {REBUILD}")
     return tiny_critic_path(cache_dir, **FALLBACK)

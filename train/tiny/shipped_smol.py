@@ -110,7 +110,7 @@ def merged_path(cache_dir: str | os.PathLike | None = None) -> str:
     return _build_once(root / f"tiny-smol-base-{digest}", build)
 
 
-def base_path(cache_dir: str | os.PathLike | None = None, log=print) -> str:
+def base_path(cache_dir: str | os.PathLike | None = None, log=None) -> str:
     """The folder to start a SmolLM2 tiny critic from: the shipped base merged into the scaffold when it fits the
     code, else the scaffold after vision pre-training only, with one line saying so."""
     reason = stale_reason(cache_dir)
@@ -119,6 +119,7 @@ def base_path(cache_dir: str | os.PathLike | None = None, log=print) -> str:
     from stepcritic.train.tiny.base_pretrain import _smol_init
     from stepcritic.train.tiny.cache import default_cache_dir
 
+    log = log or (lambda line: print(line, flush=True))  # flushed: behind a pipe it would land after the build
     log(f"note: {reason}; starting from SmolLM2 with only its vision tower pre-trained (about a minute, cached), "
         f"so critics trained from it will score worse than the README says. Rebuild the shipped base with: "
         f"{REBUILD}")
