@@ -97,7 +97,9 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         "# StepCritic tiny base" + (" on SmolLM2" if smol else ""),
         "",
         f"The pretrained base of the offline tiny critic: {what} that answers questions about rendered scenes of "
-        "flat shapes on a 3x3 grid. `recipes/tiny/*` and `stepcritic demo` fine-tune it into critics; "
+        "flat shapes on a 3x3 grid. "
+        + ("`recipes/tiny-smol/*` and `stepcritic demo --base smollm2`" if smol else
+           "`recipes/tiny/*` and `stepcritic demo`") + " fine-tune it into critics; "
         "prompted as it is, it is the demo's prompted judge.",
         "",
         "## How it was made",
