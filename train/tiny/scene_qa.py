@@ -147,6 +147,8 @@ def _more(rng, items):
 QUESTIONS = (_colour, _where, _what_at, _count_shape, _count_colour, _exists, _relation, _bigger, _is_colour, _is_at,
              _is_count, _sum, _more)
 KINDS = tuple(ask.__name__.lstrip("_") for ask in QUESTIONS)  # the probe's names for them
+# kinds some scenes cannot be asked (no shape alone of its kind, no two shapes apart or of different sizes)
+SOMETIMES = ("colour", "relation", "bigger", "is_colour")
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -162,8 +164,9 @@ def parse_weights(text: str) -> dict[str, float]:
             raise ValueError(f"{part!r}: the weight must be a number (kind=weight)") from None
         if weights[kind] < 0:
             raise ValueError(f"{part!r}: a weight cannot be negative")
-    if weights and not any(weights.get(k, 1.0) > 0 for k in KINDS):
-        raise ValueError("every question kind has weight 0")
+    if weights and not any(weights.get(k, 1.0) > 0 for k in KINDS if k not in SOMETIMES):
+        # a one-shape scene could then never be asked anything
+        raise ValueError(f"give a weight above 0 to a kind every scene can be asked (not only {', '.join(SOMETIMES)})")
     return weights
 
 
