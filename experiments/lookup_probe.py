@@ -160,7 +160,7 @@ def main(args: argparse.Namespace) -> list[dict]:
     torch.set_num_threads(args.threads)
     ask = getattr(scene_qa, "_" + args.question, None)
     if ask not in scene_qa.QUESTIONS:
-        names = ", ".join(q.__name__.lstrip("_") for q in scene_qa.QUESTIONS)
+        names = ", ".join(scene_qa.KINDS)
         raise SystemExit(f"--question {args.question!r} is not a scene question; choose one of {names}")
     out = args.out or tempfile.mkdtemp(prefix="lookup-probe-")
     model, processor = load_critic(build_tiny_critic(os.path.join(out, "init"), vision_pretrain_steps=400,

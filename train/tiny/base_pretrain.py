@@ -319,7 +319,7 @@ def probe(model, processor, per_question: int = 48, caption: bool = False, seed:
 
     rng, accuracy = random.Random(seed), {}
     model.eval()
-    for ask in scene_qa.QUESTIONS:
+    for kind, ask in zip(scene_qa.KINDS, scene_qa.QUESTIONS):
         conversations = []
         while len(conversations) < per_question:
             items = place(rng, random_pairs(rng, rng.randint(1, 6)))
@@ -340,7 +340,7 @@ def probe(model, processor, per_question: int = 48, caption: bool = False, seed:
         for row in range(len(conversations)):
             last = _last_run((gold[row] != -100).nonzero().flatten().tolist())  # the answer turn (+ its end)
             hits.append(bool((predicted[row, last] == gold[row, last]).all()))
-        accuracy[ask.__name__.lstrip("_")] = round(sum(hits) / len(hits), 3)
+        accuracy[kind] = round(sum(hits) / len(hits), 3)
     return accuracy
 
 
