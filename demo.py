@@ -21,10 +21,11 @@ PLANS = {
     "full": {"n_train": 4000, "n_test": 200, "prm_steps": 600, "sft_steps": 60, "dpo_steps": 10, "batch": 8},
     "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4},
 }
-# On SmolLM2 (`--base smollm2`, recipes/tiny-smol) a step costs about 20 of the tiny critic's: fewer, and a
-# pretrained language model needs fewer.
+# On SmolLM2 (`--base smollm2`, recipes/tiny-smol) a step costs about 20 of the tiny critic's: fewer steps, and still
+# about three hours on 2 CPU cores; its 300 PRM steps and 60 SFT steps are the critics of docs/experiments.md,
+# section 12.
 SMOL_PLANS = {
-    "full": {"n_train": 2000, "n_test": 200, "prm_steps": 100, "sft_steps": 60, "dpo_steps": 10, "batch": 8},
+    "full": {"n_train": 2000, "n_test": 200, "prm_steps": 300, "sft_steps": 60, "dpo_steps": 10, "batch": 8},
     "quick": {"n_train": 60, "n_test": 8, "prm_steps": 2, "sft_steps": 2, "dpo_steps": 1, "batch": 2},
 }
 # the recipe folder and how its judges load for each base: SmolLM2's critics score in bfloat16, twice as fast
