@@ -52,3 +52,32 @@ def test_structured_notes_verdicts_follow_the_note_probability():
         assert c.verdicts == [1 - p >= 0.5 for p in c.p_incorrect]
         assert all(0.0 <= p <= 1.0 for p in c.p_incorrect)
         assert all("shows" in item for item in json.loads(c.raw)["steps"])
+
+
+@pytest.mark.parametrize("base", ["tiny", "smollm2"])
+def test_a_note_is_scored_on_the_tokens_the_critic_was_trained_on(base):
+    """The decoder reads P(correct) off the step's text as the note. SmolLM2's tokenizer merges a note's final `.`
+    with the `",` after it, so scoring the note before a bare quote ended it in a token the writer never saw there
+    (every step then looked wrong); scored with what follows it, the tokens are the training text's own."""
+    from importlib.resources import files
+
+    from transformers import AutoTokenizer
+
+    from stepcritic.eval.judges.structured import NOTE_END
+    from stepcritic.train.tiny.cache import tiny_critic_path
+
+    folder = tiny_critic_path() if base == "tiny" else str(files("stepcritic.train.tiny").joinpath("base_smollm2"))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    notes = ["There are 3 green shapes.", "The red circle is at the top right.", "So the answer is 3"]
+    text = critique.format_critique({"steps": [
+        {"step": k, "shows": note, "correct": k != 2} | ({} if k != 2 else {"explanation": "It is not."})
+        for k, note in enumerate(notes, 1)], "answer_correct": False})
+    trained = tokenizer(text, add_special_tokens=False)["input_ids"]
+    merged_quote = False
+    for k, note in enumerate(notes, 1):
+        written = text[:text.index(f'{{"step": {k}, "shows": "') + len(f'{{"step": {k}, "shows": "')]
+        scored = tokenizer(written + note + NOTE_END, add_special_tokens=False)["input_ids"]
+        assert scored == trained[:len(scored)], (base, note)
+        bare = tokenizer(written + note + '"', add_special_tokens=False)["input_ids"]
+        merged_quote |= bare != trained[:len(bare)]
+    assert merged_quote == (base == "smollm2")  # the case this protects exists, and only where the tokenizer merges

@@ -37,7 +37,10 @@ class HFJudge(GenerativeJudge):
         self._model = self._processor = None
 
     def fingerprint_extra(self) -> dict:
-        return {**super().fingerprint_extra(), "weights": weights_digest(self.target)}
+        extra = {**super().fingerprint_extra(), "weights": weights_digest(self.target)}
+        if self.structured and self.notes:  # notes scored with what follows them: older cached notes are not reused
+            extra["note_scoring"] = "note+end"
+        return extra
 
     def verifier(self, task: str) -> "HFJudge":
         judge = super().verifier(task)

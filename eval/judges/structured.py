@@ -22,6 +22,10 @@ re-tokenises as it would in the training text.
 from __future__ import annotations
 
 VERDICTS = (" true", " false")
+# what follows a note in the critique: a note is scored together with it, because a tokenizer may merge the note's
+# last characters with the quote and comma after it (SmolLM2's `.",` is one token), so a note scored before a bare
+# quote ends in a token the critic never saw there and every note looks improbable
+NOTE_END = '", "correct":'
 
 
 class StructuredDecoder:
@@ -103,9 +107,10 @@ class StructuredDecoder:
             logits = self.model(**batch, logits_to_keep=1).logits[0, -1]
         return max(range(len(letters)), key=lambda k: float(logits[firsts[k]]))
 
-    def text_probability(self, prompt, written: str, text: str) -> float:
-        """The least probability of any token of `text` (and the quote that closes it) right after `written`."""
-        return float(self._logprobs(prompt, written, text + '"').min().exp())
+    def text_probability(self, prompt, written: str, text: str, end: str = NOTE_END) -> float:
+        """The least probability of any token of `text` (and the `end` that follows it in the critique) right
+        after `written`."""
+        return float(self._logprobs(prompt, written, text + end).min().exp())
 
     def critique_with_notes(self, prompt_text: str, images: list, steps: list[str],
                             threshold: float = 0.5) -> tuple[str, list[float]]:
@@ -118,7 +123,7 @@ class StructuredDecoder:
         for k, step in enumerate(steps, 1):
             out += ("" if k == 1 else ", ") + f'{{"step": {k}, "shows": "'
             p_correct.append(self.text_probability(prompt, out, step))
-            out += self.continue_until_quote(prompt, out) + '", "correct":'
+            out += self.continue_until_quote(prompt, out) + NOTE_END
             verdict = VERDICTS[0] if p_correct[-1] >= threshold else VERDICTS[1]
             out += verdict
             if verdict == VERDICTS[1]:
