@@ -404,8 +404,12 @@ def check_options(kind: str, test_fraction: float = 0.1, template: str | prompts
         raise BuildError(f"--verifier-layout {verifier_layout} only applies to kind 'verifier-sft', not {kind!r}")
     if prm_notes and kind != "prm-sft":
         raise BuildError(f"--prm-notes only applies to kind 'prm-sft', not {kind!r}")
+    if prm_notes not in (None, False, True, *prompts.PRM_NOTE_STYLES):
+        raise BuildError(f"--prm-notes takes one of {', '.join(prompts.PRM_NOTE_STYLES)}, got {prm_notes!r}")
     if critique_notes and kind not in ("critique-sft", "critique-pref"):
         raise BuildError(f"--critique-notes only applies to kinds 'critique-sft' and 'critique-pref', not {kind!r}")
+    if critique_notes not in (None, False, True, *prompts.PRM_NOTE_STYLES):
+        raise BuildError(f"--critique-notes takes one of {', '.join(prompts.PRM_NOTE_STYLES)}, got {critique_notes!r}")
     if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
         raise BuildError(f"--num-proc must be a positive number of processes, got {num_proc!r}")
     try:
@@ -436,7 +440,7 @@ SKIP_REASONS = {
     "neutral_step": "have a neutral step (--neutral skip)",
     "no_verifier_labels": "have no label a verifier question asks for",
     "no_note": "have an incorrect step with neither a correction nor a reference critique (--prm-notes, "
-               "--critique-notes)",
+               "--critique-notes), or no step checks (--prm-notes check: synthetic chains have them)",
     "unknown_chain_label": "have no chain verdict (chain_correct)",
     "no_contrast_in_group": "have no chain of the other verdict in their group (the same image and question)",
     pairs.NO_CORRUPTION: "take no corruption of the mix",

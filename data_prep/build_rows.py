@@ -33,8 +33,8 @@ def _critique_skip_reason(chain: dict, notes: bool = False) -> str | None:
         return "neutral_step" if all(labels.is_neutral(s) for s in open_steps) else "unknown_step_label"
     if chain.get("answer_correct") is None:
         return "unknown_answer_label"
-    if notes and any(critique.step_note(s) is None for s in chain["steps"]):
-        return "no_note"  # an incorrect step with neither a correction nor an explanation
+    if notes and any(note is None for note in critique.chain_notes(chain, notes)):
+        return "no_note"  # an incorrect step with neither a correction nor an explanation, or no checks
     return None
 
 
@@ -124,8 +124,8 @@ def _prm_sft(chains, template, out: _SplitRows, step_targets: str = "hard", prm_
         if any(s["correct"] is None and not labels.is_neutral(s) for s in chain["steps"]):
             out.skipped["unknown_step_label"] += 1
             continue
-        if prm_notes and any(prompts.prm_note(s) is None for s in chain["steps"]):
-            out.skipped["no_note"] += 1  # an incorrect step with neither a correction nor an explanation
+        if prm_notes and any(note is None for note in prompts.prm_notes_of(chain, prm_notes)):
+            out.skipped["no_note"] += 1  # an incorrect step with neither a correction nor an explanation, or no checks
             continue
         targets = labels.step_targets(chain, step_targets)
         # A neutral step left open gets the scorer's placeholder judgement: its target is null, so the collator

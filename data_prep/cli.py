@@ -90,14 +90,20 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         "(the image once: MiCEval Normal writes 96 MB instead of 967 MB), asking the same questions "
                         "turn by turn. The conversation layouts have list columns tasks/labels/step_indices: "
                         "SFT trains on every answer, GRPO asks each turn's question on its own")
-    p.add_argument("--prm-notes", action="store_true",
-                   help="prm-sft only: before each +/- the PRM writes the step as it should read (the step itself "
-                        "when correct, its correction or else its first reference critique when not); scoring then "
-                        "generates the note first")
-    p.add_argument("--critique-notes", action="store_true",
+    p.add_argument("--prm-notes", nargs="?", const="rewrite", default=False, choices=("rewrite", "check"),
+                   metavar="STYLE",
+                   help="prm-sft only: before each +/- the PRM writes a note; scoring then generates the note first. "
+                        "rewrite (the default STYLE): the step as it should read (the step itself when correct, its "
+                        "correction or else its first reference critique when not), scored by P(step as its note); "
+                        "check: questions that check the step against the image, answered from it (the synthetic "
+                        "chains' meta.step_checks: \"What colour is the cross? blue.\"), scored by the verdict")
+    p.add_argument("--critique-notes", nargs="?", const="rewrite", default=False, choices=("rewrite", "check"),
+                   metavar="STYLE",
                    help="critique-sft / critique-pref only: every step of the critique first says what the image shows "
-                        "about it (\"shows\": the step itself when correct, its correction or else its first "
-                        "reference critique when not), then its verdict; judge with hf:...,notes=true")
+                        "about it under \"shows\", then its verdict. rewrite (the default STYLE): the step itself "
+                        "when correct, its correction or else its first reference critique when not, judged with "
+                        "hf:...,notes=true; check: the questions that check it, answered from the image (synthetic "
+                        "chains), judged with hf:...,notes=check")
     p.add_argument("--num-proc", type=int, default=1,
                    help="worker processes that check the chains and make and encode the rows (default 1); the "
                         "dataset and build_stats.json are the same for any number")
@@ -167,8 +173,10 @@ def main(args: argparse.Namespace) -> int:
             raise BuildError(f"--test-fraction must be between 0 and 1 (the share of groups held out for the "
                              f"'test' split), got {args.test_fraction}")
         options = dict(template=args.template, pref_mix=args.pref_mix, neutral=args.neutral,
-                       step_targets=args.step_targets, prm_notes=args.prm_notes, verifier_layout=args.verifier_layout,
-                       num_proc=args.num_proc, critique_notes=args.critique_notes)
+                       step_targets=args.step_targets, prm_notes=True if args.prm_notes == "rewrite" else args.prm_notes,
+                       verifier_layout=args.verifier_layout,
+                       num_proc=args.num_proc,
+                       critique_notes=True if args.critique_notes == "rewrite" else args.critique_notes)
         check_options(args.kind, args.test_fraction, **options)  # before reading any chain
         outputs.check_out(args.out, args.overwrite, {"--chains": args.chains, "--template": args.template})
         stats = build_dataset(load_chains(args.chains), args.kind, args.out, test_fraction=args.test_fraction,

@@ -19,6 +19,8 @@ import re
 import string
 from dataclasses import dataclass, field
 
+from stepcritic.data_prep import schema
+
 TRUE_WORDS = {"true", "yes", "correct", "right", "valid", "+", "1", "ok", "good", "accurate"}
 FALSE_WORDS = {"false", "no", "incorrect", "wrong", "invalid", "-", "0", "bad", "error", "inaccurate", "erroneous"}
 SCORE_SCALE = 10.0  # the score prompt asks for 0 to 10
@@ -41,12 +43,43 @@ def step_note(step: dict) -> str | None:
     return (step.get("explanations") or [None])[0]
 
 
-def gold_critique(chain: dict, explanation_index: int = 0, notes: bool = False) -> dict:
-    """The reference critique of a chain; with `notes`, each step first says what the image shows (`step_note`)
-    under "shows", before its verdict."""
-    steps = []
+# What a note-writing critic writes before each verdict (`data build --prm-notes [STYLE]`, `--critique-notes
+# [STYLE]`): "rewrite", the step as the image has it (`step_note`); "check", questions that check the step against
+# the image with the image's answers (`meta.step_checks`, written by the synthetic generator), worded as a
+# pre-trained base's scene questions, so that the note asks the base what it already answers (Chain-of-Verification,
+# Dhuliawala et al. 2023, for one step). A check note's verdict compares answers with the step: plain text.
+NOTE_STYLES = ("rewrite", "check")
+
+
+def note_style(notes) -> str | None:
+    """`notes` as passed around (False/None, True for the original style, or a style name) -> None or a style."""
+    if not notes:
+        return None
+    style = "rewrite" if notes is True else notes
+    if style not in NOTE_STYLES:
+        raise ValueError(f"unknown note style {notes!r}; choose one of {', '.join(NOTE_STYLES)}")
+    return style
+
+
+def chain_notes(chain: dict, notes=True) -> list[str | None]:
+    """Per step, its note in style `notes`; None where a step has none. A "check" note falls back to the rewrite
+    note for a step no question checks (an irrelevant or repeated one: its reference critique says why); a chain
+    without `step_checks` (not synthetic) has no check notes at all."""
+    steps = chain["steps"]
+    if note_style(notes) == "check":
+        checks = schema.chain_meta(chain).get("step_checks") or [None] * len(steps)
+        if not any(checks):
+            return [None] * len(steps)
+        return [check or step_note(step) for step, check in zip(steps, checks)]
+    return [step_note(step) for step in steps]
+
+
+def gold_critique(chain: dict, explanation_index: int = 0, notes: bool | str = False) -> dict:
+    """The reference critique of a chain; with `notes`, each step first says what the image shows (`chain_notes`,
+    in that style) under "shows", before its verdict."""
+    steps, shown = [], chain_notes(chain, notes) if notes else None
     for i, s in enumerate(chain["steps"], 1):
-        item: dict = {"step": i, "shows": step_note(s), "correct": s["correct"]} if notes else \
+        item: dict = {"step": i, "shows": shown[i - 1], "correct": s["correct"]} if notes else \
             {"step": i, "correct": s["correct"]}
         if s["correct"] is False:
             expl = s.get("explanations") or []

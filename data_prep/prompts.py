@@ -56,6 +56,12 @@ CRITIQUE_NOTES_FORMAT_EXAMPLE = critique.format_critique({
                "explanation": "What is wrong with step 2."}],
     "answer_correct": False,
 })
+CRITIQUE_CHECK_NOTES_FORMAT_EXAMPLE = critique.format_critique({
+    "steps": [{"step": 1, "shows": "A question that checks step 1? The image's answer.", "correct": True},
+              {"step": 2, "shows": "A question that checks step 2? The image's answer.", "correct": False,
+               "explanation": "What is wrong with step 2."}],
+    "answer_correct": False,
+})
 CRITIQUE_NOTES_TEXT_FORMAT_EXAMPLE = critique.format_critique({
     "steps": [{"step": 1, "shows": "Step 1 as it should read.", "correct": True},
               {"step": 2, "shows": "Step 2 as it should read.", "correct": False,
@@ -174,13 +180,18 @@ def _step_texts(chain: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------- critique
 
-def critique_messages(chain: dict, template: str | PromptTemplate | None = None, notes: bool = False) -> list[dict]:
+def critique_messages(chain: dict, template: str | PromptTemplate | None = None,
+                      notes: bool | str = False) -> list[dict]:
     """The user turn asking for a full step-by-step critique in the JSON format of `critique.py` (with `notes`:
     what the image shows about each step, before its verdict)."""
-    variables = {"notes": True} if notes else {}  # only when set, so user templates without the variable still work
+    style = note_style(notes)
+    # only when set, so user templates without the variable still work ("check": questions that check each step)
+    variables = {"notes": True if style == "rewrite" else style} if style else {}
     variables.update(_text_only(chain))
     example = CRITIQUE_FORMAT_EXAMPLE
-    if notes:
+    if style == "check":
+        example = CRITIQUE_CHECK_NOTES_FORMAT_EXAMPLE
+    elif style:
         example = CRITIQUE_NOTES_TEXT_FORMAT_EXAMPLE if schema.is_text_only(chain) else CRITIQUE_NOTES_FORMAT_EXAMPLE
     text = _resolve(template, "critique").render(
         question=chain["question"], steps=_step_texts(chain), final_answer=chain.get("final_answer") or "",
@@ -188,7 +199,7 @@ def critique_messages(chain: dict, template: str | PromptTemplate | None = None,
     return [_shown(chain, text)]
 
 
-def critique_target(chain: dict, notes: bool = False) -> str:
+def critique_target(chain: dict, notes: bool | str = False) -> str:
     return critique.format_critique(critique.gold_critique(chain, notes=notes))
 
 
@@ -275,7 +286,11 @@ def _prm_conversation(chain: dict, judgements: list[str], template, notes: bool 
     return messages
 
 
-prm_note = critique.step_note  # the PRM's note is the critique's: the step as the image has it
+# the PRM's notes are the critique's: the step as the image has it, or the questions that check it (`critique.py`)
+prm_note = critique.step_note
+prm_notes_of = critique.chain_notes
+PRM_NOTE_STYLES = critique.NOTE_STYLES
+note_style = critique.note_style
 
 
 def prm_turn(judgement: str, note: str | None = None) -> str:
@@ -287,13 +302,16 @@ def prm_messages(chain: dict, template: str | PromptTemplate | None = None, note
     """Step-by-step conversation whose assistant turns are the gold `+`/`-` judgements (PRM training), each after
     the step's note (`prm_note`) when `notes`."""
     judgements = []
-    for i, step in enumerate(chain["steps"]):
+    written = prm_notes_of(chain, notes) if notes else [None] * len(chain["steps"])
+    for i, (step, note) in enumerate(zip(chain["steps"], written)):
         where, field = chain.get("chain_id"), f"steps[{i}]"
         if step.get("correct") is None:
             raise schema.SchemaError("step has no correctness label", where, f"{field}.correct")
         verdict = PRM_POSITIVE if step["correct"] else PRM_NEGATIVE
-        note = prm_note(step) if notes else None
         if notes and note is None:
+            if note_style(notes) == "check":
+                raise schema.SchemaError("a check note needs the step's questions (synthetic chains have them)",
+                                         where, "meta.step_checks")
             raise schema.SchemaError("an incorrect step needs a correction or an explanation for its note", where,
                                      f"{field}.correction")
         judgements.append(prm_turn(verdict, note))

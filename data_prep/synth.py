@@ -116,9 +116,21 @@ class Claim:
     contradict: Callable[[Any], Any] | None = None  # "both": turn the conclusion round (intra error)
     explain_logic: Callable[[Any, Any], list[str]] | None = None
     fault_rate: float | None = None             # overrides OWN_FAULT_RATES[template] for this claim
+    check: Callable[[Any], str] | None = None   # said -> the questions that check it against the image, answered
 
     def own_fault_rate(self) -> float:
         return OWN_FAULT_RATES[self.template] if self.fault_rate is None else self.fault_rate
+
+
+def _qa(question: str, answer) -> str:
+    """One verification question with the image's answer, worded as the scene questions a base is pre-trained on
+    (`train/tiny/scene_qa.py`): "What colour is the cross? blue." A step's check (`meta.step_checks`,
+    `data build --prm-notes check`) is one or more of these, whose answers the step must agree with."""
+    return f"{question} {answer}."
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "no"
 
 
 def _other(rng, options, value, weights: dict | None = None):
@@ -149,6 +161,7 @@ def colour_claim(item: Item) -> Claim:
     shape = item.shape  # only used for shapes that occur once in the scene
     return Claim("colour", "description", item.colour, say=lambda v: f"The {shape} is {v}.",
                  corrupt=lambda v, rng: _other(rng, COLOUR_NAMES, v), error="attribute", subject=f"the {shape}",
+                 check=lambda v: _qa(f"What colour is the {shape}?", item.colour),
                  explain=lambda said, true: [f"The {shape} is {true}, not {said}.",
                                              f"In the image the {shape} is coloured {true}.",
                                              f"The step gets the colour wrong: the {shape} is {true}."])
@@ -157,6 +170,7 @@ def colour_claim(item: Item) -> Claim:
 def position_claim(item: Item, ref: str) -> Claim:
     return Claim("position", "description", item.cell, say=lambda v: f"The {ref} is at the {v}.",
                  corrupt=lambda v, rng: _other(rng, ALL_CELLS, v), error="spatial", subject=f"the {ref}",
+                 check=lambda v: _qa(f"Where is the {ref}?", f"at the {item.cell}"),
                  explain=lambda said, true: [f"The {ref} is at the {true}, not at the {said}.",
                                              f"In the image the {ref} sits in the {true} cell.",
                                              f"The {ref} is not at the {said} but at the {true}."])
@@ -167,6 +181,7 @@ def count_claim(noun: str, plural: str, n: int, avoid: int | None = None, templa
     options = [c for c in COUNTS if c != avoid]
     return Claim(template, "description", n, say=lambda v: _there_are(v, noun, plural) + ".",
                  corrupt=lambda v, rng: _other(rng, options, v), error="attribute", subject=f"the {plural}",
+                 check=lambda v: _qa(f"How many {plural} are there?", n),
                  explain=lambda said, true: [f"{_there_are(true, noun, plural)} in the image, not {said}.",
                                              f"Counting the {plural} in the image gives {true}, not {said}.",
                                              f"The step miscounts the {plural}: there are exactly {true}."])
@@ -185,6 +200,7 @@ def count_pair_claim(shapes: tuple[str, str], a: int, b: int) -> Claim:
     return Claim("count_pair", "description", (a, b),
                  say=lambda v: f"{_there_are(v[0], s1, p1)} and {_amount(v[1], s2, p2)}.", corrupt=corrupt,
                  error="attribute", subject=f"the {p1} and {p2}",
+                 check=lambda v: f"{_qa(f'How many {p1} are there?', a)} {_qa(f'How many {p2} are there?', b)}",
                  explain=lambda said, true: [f"The image has {seen(true)}, not {said[0]} and {said[1]}.",
                                              f"Counting again gives {true[0]} {p1} and {true[1]} {p2}.",
                                              f"The step miscounts: there are {seen(true)}."])
@@ -204,6 +220,8 @@ def kinds_claim(items: list[Item]) -> Claim:
                 f"The step mentions a {ghost}, which does not appear in the image."]
     return Claim("kinds", "description", present, say=lambda v: f"The image contains {_kinds_text(v)}.",
                  corrupt=swap_one, error="entity", subject="the kinds of shapes",
+                 check=lambda said: " ".join(_qa(f"Is there a {s} in the image?", _yes(s in present))
+                                             for s in SHAPES if s in said),
                  explain=explain)
 
 
@@ -213,6 +231,7 @@ def relation_claim(a: Item, b: Item, axis: str) -> Claim:
     return Claim("relation", "description", words[0] if ahead else words[1],
                  say=lambda v: f"The {a.name} is {v} the {b.name}.",
                  corrupt=lambda v, rng: _other(rng, words, v), error="spatial", subject=f"the {a.name}",
+                 check=lambda v: _qa(f"Is the {a.name} {v} the {b.name}?", _yes(v == (words[0] if ahead else words[1]))),
                  explain=lambda said, true: [f"The {a.name} is {true} the {b.name}, not {said} it.",
                                              f"In the image the {a.name} is {true} the {b.name}.",
                                              f"The step reverses the relation: the {a.name} is {true} the {b.name}."])
@@ -223,6 +242,7 @@ def bigger_claim(a: Item, b: Item) -> Claim:
     return Claim("bigger", "description", (big.name, small.name),
                  say=lambda v: f"The {v[0]} is bigger than the {v[1]}.",
                  corrupt=lambda v, rng: _swap(v), error="non_spatial", subject=f"the {a.name}",
+                 check=lambda v: _qa(f"Is the {v[0]} bigger than the {v[1]}?", _yes(v == (big.name, small.name))),
                  explain=lambda said, true: [f"The {true[0]} is bigger than the {true[1]}, not the other way round.",
                                              f"In the image the {true[1]} is the smaller of the two.",
                                              f"The step swaps the sizes: the {true[0]} is the bigger one."])
@@ -233,6 +253,8 @@ def total_claim(premise: int, shapes: tuple[str, str], a: int, b: int) -> Claim:
     return Claim("total", "reasoning", a + b, premises=(premise,), follow=sum,
                  say=lambda v: f"Together that makes {v}.",
                  corrupt=lambda v, rng: _other(rng, TOTAL_WEIGHTS, v, TOTAL_WEIGHTS),
+                 check=lambda v: _qa(f"How many {PLURALS[shapes[0]]} and {PLURALS[shapes[1]]} are there altogether?",
+                                     a + b),
                  explain=lambda said, true: [f"The image has {seen}, which make {true}, not {said}.",
                                              f"{a} plus {b} is {true}, so the total of {said} is wrong.",
                                              f"The total should be {true}: there are {seen}."])
@@ -246,6 +268,7 @@ def more_claim(premises: tuple[int, int], c1: str, c2: str, a: int, b: int) -> C
     return Claim("more", "reasoning", _majority(c1, c2)(a, b), premises=premises, follow=_majority(c1, c2),
                  say=lambda v: f"So there are more {v[0]} shapes than {v[1]} shapes.",
                  corrupt=lambda v, rng: _swap(v),
+                 check=lambda v: _qa(f"Are there more {v[0]} shapes than {v[1]} shapes?", _yes(v == _majority(c1, c2)(a, b))),
                  explain=lambda said, true: [f"There are more {true[0]} shapes than {true[1]} shapes, not the reverse.",
                                              f"With {a} {c1} and {b} {c2} shapes, the {true[0]} shapes are more.",
                                              f"The comparison is turned round: the {true[1]} shapes are fewer."])
@@ -263,6 +286,10 @@ def counted_comparison_claim(c1: str, c2: str, a: int, b: int) -> Claim:
     return Claim("counted_comparison", "both", (a, b), say=say, follow=lambda d: majority(*d),
                  corrupt=lambda d, rng: (spare, d[1]) if rng.random() < 0.5 else (d[0], spare),
                  contradict=_swap, error="attribute", subject=f"the {c1} and {c2} shapes",
+                 check=lambda said: " ".join([_qa(f"How many {c1} shapes are there?", a),
+                                              _qa(f"How many {c2} shapes are there?", b),
+                                              _qa(f"Are there more {said[1][0]} shapes than {said[1][1]} shapes?",
+                                                  _yes(said[1] == majority(a, b)))]),
                  explain=lambda said, true: [
                      f"The image has {true[0]} {c1} and {true[1]} {c2} shapes, not {said[0]} and {said[1]}.",
                      f"The counts are wrong: there are {true[0]} {c1} shapes and {true[1]} {c2} shapes.",
@@ -473,6 +500,7 @@ class Note:
 
     template: str
     fault: str | None = None
+    check: str | None = None    # the step's verification questions, answered from the image (`Claim.check`)
 
 
 def _description_correctness(said, truth) -> str:
@@ -507,6 +535,7 @@ def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], faul
         said = claim.corrupt(follows, rng) if injected else follows
         step.update(text=claim.say(said), logic_correct=said == claim.truth, logic_relevant=True, informative=True,
                     logic_error="inter" if injected else None)
+        note.check = claim.check(said) if claim.check else None
         explanations = claim.explain(said, claim.truth)
         if said != claim.truth and not injected:
             note.fault = "propagated"
@@ -523,6 +552,7 @@ def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], faul
     explanations = [] if correctness == "correct" else claim.explain(described, claim.truth)
     note.fault = None if correctness == "correct" else claim.error
     if claim.type == "description":
+        note.check = claim.check(described) if claim.check else None
         step["text"] = claim.say(described)
         return (*_finish(step, note, explanations, claim.say(claim.truth)), described)
 
@@ -536,6 +566,7 @@ def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], faul
         note.fault = "intra"
     step.update(text=claim.say((described, conclusion)), logic_correct=not intra, logic_relevant=True,
                 informative=True, logic_error="intra" if intra else None)
+    note.check = claim.check((described, conclusion)) if claim.check else None
     correction = claim.say((claim.truth, claim.follow(claim.truth)))
     return (*_finish(step, note, explanations, correction), conclusion)
 
@@ -604,6 +635,8 @@ def _chain_steps(question: Question, rng, scale: float) -> tuple[list[dict], lis
     for i, claim in enumerate(claims):
         wrong_before = {j for j, s in enumerate(steps) if not s["correct"]}
         step, note, value = _realise_claim(claim, said, wrong_before, faults.get(i), rng)
+        if claim.template == "answer":  # an answer is checked by asking the question itself
+            note.check = _qa(question.text, question.reference)
         steps.append(step)
         notes.append(note)
         said.append(value)
@@ -640,6 +673,9 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
         "question_type": question.kind, "scene": [item.as_dict() for item in question.items],
         "step_templates": [n.template for n in notes], "step_kinds": [STEP_KINDS[n.template] for n in notes],
         "step_faults": [n.fault for n in notes],
+        # per step, questions that check it against the image with the image's answers; None for an inserted
+        # step (irrelevant, repeated), which no question about the image checks
+        "step_checks": [n.check for n in notes],
         "independent_after_error": any(not w for w in wrong[first_wrong + 1:]),
         "error_propagated": any(n.fault == "propagated" for n in notes),
         "clues": _reference_clues(question.text, steps),

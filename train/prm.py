@@ -61,8 +61,12 @@ def check_config(recipe) -> None:
 
 def build_trainer(recipe, model, processor, train_data, eval_data):
     check_config(recipe)
-    # the scorer reads this from the saved config: a note-writing PRM is scored by generating its notes
-    notes = model.config.stepcritic_prm_notes = writes_notes(train_data)
+    # the scorer reads this from the saved config: a note-writing PRM is scored by generating its notes, and a
+    # "check" note (`data build --prm-notes check`, named in the build's stats) by the verdict that follows it
+    notes = writes_notes(train_data)
+    if notes and common.dataset_summary(recipe.script_args.dataset_path).get("prm_notes") == "check":
+        notes = "check"
+    model.config.stepcritic_prm_notes = notes
     model = common.prepare_model(recipe, model)
     if notes and common.is_peft(model) and not recipe.script_args.merge_adapter:
         raise ValueError("a note-writing PRM (prm-sft built with --prm-notes) trained through LoRA is scored from its "

@@ -15,7 +15,9 @@ the model would write as it stands scores near 1; one whose value it would write
 scores the probability of that wrong token. Why not the verdict: comparing note and step is itself an XOR of two
 tokens, which a model trained from scratch learns far more slowly than the look-up the note needs
 (docs/experiments.md); the verdict is still trained and ends each note. The greedy note and a `+` placeholder then
-stay in the context for later steps, as in training.
+stay in the context for later steps, as in training. A PRM whose notes check the step (`--prm-notes check`: questions
+about the image with its answers, `stepcritic_prm_notes: "check"`) is read from the verdict after its own note:
+P(`+`) against P(`-`) where the note ends, since the step's text is not what such a note would say.
 
 `StepCheckScorer` reads a model that was never trained as a critic: it asks each step "is this step correct given
 the image?" and reads P(yes), the prompted counterpart of a PRM.
@@ -97,10 +99,12 @@ class PRMScorer:
     """P(step correct) for every step of every chain, one forward pass per batch of chains."""
 
     MAX_NOTE_TOKENS = 48  # a note is one sentence; a verdict is forced after this many tokens
+    MAX_CHECK_TOKENS = 80  # a check note asks up to three questions ("Is there a circle in the image? yes. ...")
 
     def __init__(self, model, processor, template=None, batch_size: int = 8):
         self.model = model.eval()
-        self.notes = bool(getattr(model.config, "stepcritic_prm_notes", False))
+        notes = getattr(model.config, "stepcritic_prm_notes", False)
+        self.notes = notes if notes == "check" else bool(notes)  # True: rewrite notes; "check": check notes
         fast_masks.install()
         self.processor = processor
         self.template = template
@@ -170,7 +174,9 @@ class PRMScorer:
 
         device = next(self.model.parameters()).device
         images = [rgb_images(chain) for chain in chains]
-        turns = [prompts.prm_prompt_messages(chain, self.template, notes=True)[0::2] for chain in chains]  # user turns
+        turns = [prompts.prm_prompt_messages(chain, self.template, notes=self.notes)[0::2]  # the user turns
+                 for chain in chains]
+        checks = self.notes == "check"
         messages = [[] for _ in chains]
         scores, notes = [[] for _ in chains], [[] for _ in chains]
         for index in range(max(len(t) for t in turns)):
@@ -181,29 +187,38 @@ class PRMScorer:
                 [prepare_multimodal_messages([dict(m) for m in messages[b]], images=images[b]) for b in rows],
                 add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
                 processor_kwargs={"padding": True, "padding_side": "left"}).to(device)
-            steps = [chains[b]["steps"][index]["text"] for b in rows]
-            for b, note, p_note in zip(rows, self._write_notes(inputs), self._note_probabilities(inputs, steps)):
+            if checks:
+                written, p_notes = self._write_notes(inputs, verdicts=True)
+            else:
+                written = self._write_notes(inputs)
+                p_notes = self._note_probabilities(inputs, [chains[b]["steps"][index]["text"] for b in rows])
+            for b, note, p_note in zip(rows, written, p_notes):
                 scores[b].append(p_note)
                 notes[b].append(note)
                 messages[b].append(prompts.assistant_turn(prompts.prm_turn(prompts.PRM_POSITIVE, note)))
         self.last_notes = notes
         return scores
 
-    def _write_notes(self, inputs) -> list[str]:
-        """Greedy notes for a left-padded batch, each cut where its verdict comes."""
+    def _write_notes(self, inputs, verdicts: bool = False):
+        """Greedy notes for a left-padded batch, each cut where its verdict comes; with `verdicts`, also P(`+`)
+        against P(`-`) at that place (the model's own logits, before the forced-verdict rule)."""
         import torch
 
-        verdicts = [self.positive_id, self.negative_id]
-        n = inputs["input_ids"].shape[1]
+        ends = [self.positive_id, self.negative_id]
+        n, budget = inputs["input_ids"].shape[1], self.MAX_CHECK_TOKENS if verdicts else self.MAX_NOTE_TOKENS
         with torch.no_grad():
-            sequences = self.model.generate(**inputs, max_new_tokens=self.MAX_NOTE_TOKENS, do_sample=False,
-                                            eos_token_id=verdicts, pad_token_id=self.processor.tokenizer.pad_token_id,
-                                            logits_processor=[_ForceVerdict(n + self.MAX_NOTE_TOKENS - 1, verdicts)])
-        notes = []
-        for row in sequences[:, n:].tolist():
-            end = next(k for k, token in enumerate(row) if token in verdicts)  # always there: _ForceVerdict
+            out = self.model.generate(**inputs, max_new_tokens=budget, do_sample=False, eos_token_id=ends,
+                                      pad_token_id=self.processor.tokenizer.pad_token_id,
+                                      logits_processor=[_ForceVerdict(n + budget - 1, ends)],
+                                      return_dict_in_generate=True, output_logits=verdicts)
+        notes, p_correct = [], []
+        for b, row in enumerate(out.sequences[:, n:].tolist()):
+            end = next(k for k, token in enumerate(row) if token in ends)  # always there: _ForceVerdict
             notes.append(self.processor.tokenizer.decode(row[:end], skip_special_tokens=True).strip())
-        return notes
+            if verdicts:
+                pair = out.logits[end][b, ends].float().log_softmax(-1)
+                p_correct.append(float(pair[0].exp()))
+        return (notes, p_correct) if verdicts else notes
 
     def _note_probabilities(self, inputs, steps: list[str]) -> list[float]:
         """For each row, the least probability of any token of its step written as the note, the line end that

@@ -65,12 +65,12 @@ class GenerativeJudge(Judge):
     """Base of the text-generating judges. Subclasses implement `generate` (and may add options)."""
 
     OPTIONS = {"mode": str, "strategy": str, "task": str, "template": str, "max_tokens": int,
-               "temperature": float, "batch_size": int, "max_questions": int, "strict": bool, "notes": bool}
+               "temperature": float, "batch_size": int, "max_questions": int, "strict": bool, "notes": str}
 
     def __init__(self, spec: str, target: str | None = None, mode: str = "critique", strategy: str = "direct",
                  task: str = "logic_correctness", template: str | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, batch_size: int = 8, max_questions: int = 3, strict: bool = False,
-                 notes: bool = False, **options):
+                 notes: bool | str = False, **options):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODES)}")
         if strategy not in STRATEGIES:
@@ -82,10 +82,16 @@ class GenerativeJudge(Judge):
                 raise ValueError(f"unknown verifier task {task!r}; expected one of {list(VERIFIER_TASKS)}")
         if strict:  # only when set, so the fingerprints (cache keys) of lenient judges stay as they were
             options["strict"] = True
-        if notes:  # the critique prompt that asks what the image shows about each step (`data build --critique-notes`)
+        # notes=true|check: the critique prompt that asks what the image shows about each step, in that style
+        # (`data build --critique-notes [STYLE]`); true is the original style, so its cache keys stay as they were
+        notes = {"true": True, "false": False, "rewrite": True}.get(str(notes).lower(), notes)
+        if notes not in (False, True, "check"):
+            raise ValueError(f"notes={notes!r}: choose true (the step as the image has it), check (questions that check "
+                             "it, answered) or false")
+        if notes:
             if mode != "critique":
                 raise ValueError("notes=true asks for critiques that say what the image shows: it needs mode=critique")
-            options["notes"] = True
+            options["notes"] = notes
         super().__init__(spec, target=target, mode=mode, strategy=strategy, task=task, template=template,
                          max_tokens=max_tokens, temperature=temperature, batch_size=batch_size,
                          max_questions=max_questions, **options)

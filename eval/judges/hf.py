@@ -3,7 +3,8 @@
 `hf:MODEL_DIR[,mode=critique|verifier|score][,task=...][,max_new_tokens=256][,temperature=0]`.
 With `structured=true,notes=true` (a critic trained with `data build --critique-notes`), each step's verdict is read
 from the note the critic writes about it, as the `prm:` judge reads a note-writing PRM: P(step correct) is the
-probability it gives to the step's own text as what the image shows, at the least likely token.
+probability it gives to the step's own text as what the image shows, at the least likely token. With `notes=check`
+(`--critique-notes check`: the note asks questions that check the step, answered) it is P(" true") after the note.
 Prompts are generated in batches of `batch_size` with left padding (so every row's answer starts at the
 same position) and greedy decoding unless `temperature` > 0. The model loads on first use, so building
 the judge to check the cache costs nothing.
@@ -74,7 +75,8 @@ class HFJudge(GenerativeJudge):
             if not self.notes:
                 critiques.append(critique_from_reply(chain, Reply(decoder.critique(text, images, len(chain["steps"])))))
                 continue
-            written, p_correct = decoder.critique_with_notes(text, images, [s["text"] for s in chain["steps"]])
+            written, p_correct = decoder.critique_with_notes(text, images, [s["text"] for s in chain["steps"]],
+                                                             read="verdict" if self.notes == "check" else "note")
             critique = critique_from_reply(chain, Reply(written))
             critique.p_incorrect = [1.0 - p for p in p_correct]
             critique.extra = {**(critique.extra or {}), "p_correct": p_correct}

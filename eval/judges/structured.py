@@ -37,6 +37,7 @@ class StructuredDecoder:
         self.model, self.processor = model, processor
         self.tokenizer = processor.tokenizer
         self.max_explanation_tokens = max_explanation_tokens
+        self.max_note_tokens = max(max_explanation_tokens, 64)  # a check note asks up to three questions
         # every token that contains a double quote ends an explanation (as an extra end-of-sequence id: the
         # `stop_strings` route rebuilds a vocabulary-wide table on every generate call)
         vocab = self.tokenizer.get_vocab()
@@ -79,7 +80,7 @@ class StructuredDecoder:
         scores = [float(self._logprobs(prompt, written, option).sum()) for option in options]
         return options[max(range(len(options)), key=scores.__getitem__)]
 
-    def continue_until_quote(self, prompt, written: str) -> str:
+    def continue_until_quote(self, prompt, written: str, max_new_tokens: int | None = None) -> str:
         """Greedy text after the critique `written` so far, up to (not including) the first double quote."""
         import torch
 
@@ -87,7 +88,7 @@ class StructuredDecoder:
         ids = torch.cat([prompt_ids, self._ids(written)], dim=1)
         with torch.inference_mode():
             output = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
-                                         max_new_tokens=self.max_explanation_tokens, do_sample=False,
+                                         max_new_tokens=max_new_tokens or self.max_explanation_tokens, do_sample=False,
                                          eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id)
         self._rewind(cache, prompt_ids.shape[1])
         text = self.tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True)
@@ -113,17 +114,26 @@ class StructuredDecoder:
         return float(self._logprobs(prompt, written, text + end).min().exp())
 
     def critique_with_notes(self, prompt_text: str, images: list, steps: list[str],
-                            threshold: float = 0.5) -> tuple[str, list[float]]:
+                            threshold: float = 0.5, read: str = "note") -> tuple[str, list[float]]:
         """The critique JSON of a critic that writes what the image shows ("shows") before each verdict, and per
-        step P(correct): the probability of the step's own text as that note (`text_probability`). The verdict
-        written is that probability against `threshold`, so the JSON says what the scores say; the note written
-        is the critic's own (greedy), and stays in the context for the later steps, as in training."""
+        step P(correct): with `read="note"`, the probability of the step's own text as that note
+        (`text_probability`); with `read="verdict"` (check notes: questions about the image, answered), P(" true")
+        against P(" false") right after the critic's own note. The verdict written is that probability against
+        `threshold`, so the JSON says what the scores say; the note written is the critic's own (greedy), and
+        stays in the context for the later steps, as in training."""
+        import math
+
         prompt = self._prefill(prompt_text, images)
         out, p_correct = '{"steps": [', []
         for k, step in enumerate(steps, 1):
             out += ("" if k == 1 else ", ") + f'{{"step": {k}, "shows": "'
-            p_correct.append(self.text_probability(prompt, out, step))
-            out += self.continue_until_quote(prompt, out) + NOTE_END
+            if read == "verdict":
+                out += self.continue_until_quote(prompt, out, self.max_note_tokens) + NOTE_END
+                true, false = (float(self._logprobs(prompt, out, verdict).sum()) for verdict in VERDICTS)
+                p_correct.append(1.0 / (1.0 + math.exp(false - true)))
+            else:
+                p_correct.append(self.text_probability(prompt, out, step))
+                out += self.continue_until_quote(prompt, out) + NOTE_END
             verdict = VERDICTS[0] if p_correct[-1] >= threshold else VERDICTS[1]
             out += verdict
             if verdict == VERDICTS[1]:
