@@ -81,3 +81,36 @@ def test_a_note_is_scored_on_the_tokens_the_critic_was_trained_on(base):
         bare = tokenizer(written + note + '"', add_special_tokens=False)["input_ids"]
         merged_quote |= bare != trained[:len(bare)]
     assert merged_quote == (base == "smollm2")  # the case this protects exists, and only where the tokenizer merges
+
+
+def test_check_notes_in_critiques_and_their_verdicts_read_after_the_note(tmp_path):
+    """`--critique-notes check`: under "shows", the questions that check the step with the image's answers; the
+    judge (`notes=check`) writes its own note, then reads P(" true") against P(" false") right after it."""
+    from datasets import load_from_disk
+
+    from stepcritic.data_prep import schema
+    from stepcritic.data_prep.synth import synthesize
+    from stepcritic.eval.judges.registry import make_judge
+    from stepcritic.train.tiny.cache import tiny_critic_path
+
+    chains = synthesize(12, seed=6)
+    stats = build_dataset(chains, "critique-sft", str(tmp_path / "sft"), test_fraction=0.25, critique_notes="check")
+    assert stats["critique_notes"] == "check"
+    row = load_from_disk(str(tmp_path / "sft"))["train"][0]
+    chain = next(c for c in chains if c["chain_id"] == row["chain_id"])
+    written = json.loads(row["messages"][-1]["content"][0]["text"])
+    checks = schema.chain_meta(chain)["step_checks"]
+    assert [s["shows"] for s in written["steps"]] == [
+        check or s["explanations"][0] for check, s in zip(checks, chain["steps"])]
+    assert "questions that check it" in row["messages"][0]["content"][-1]["text"]
+
+    judge = make_judge(f"hf:{tiny_critic_path()},structured=true,notes=check,max_new_tokens=4")
+    rewrite = make_judge(f"hf:{tiny_critic_path()},structured=true,notes=true,max_new_tokens=4")
+    assert judge.options["notes"] == "check" and judge.fingerprint() != rewrite.fingerprint()  # caches kept apart
+    judged = judge.judge_batch(chains[:2])
+    for c, chain in zip(judged, chains[:2]):
+        parsed = critique.parse_critique(c.raw, len(chain["steps"]))
+        assert parsed.valid and c.verdicts == [1 - p >= 0.5 for p in c.p_incorrect]
+        assert all(0.0 <= p <= 1.0 for p in c.p_incorrect)
+    with pytest.raises(ValueError, match="notes='maybe'"):
+        make_judge(f"hf:{tiny_critic_path()},structured=true,notes=maybe")
