@@ -173,7 +173,8 @@ def main(args: argparse.Namespace) -> int:
             raise BuildError(f"--test-fraction must be between 0 and 1 (the share of groups held out for the "
                              f"'test' split), got {args.test_fraction}")
         options = dict(template=args.template, pref_mix=args.pref_mix, neutral=args.neutral,
-                       step_targets=args.step_targets, prm_notes=True if args.prm_notes == "rewrite" else args.prm_notes,
+                       step_targets=args.step_targets,
+                       prm_notes=True if args.prm_notes == "rewrite" else args.prm_notes,
                        verifier_layout=args.verifier_layout,
                        num_proc=args.num_proc,
                        critique_notes=True if args.critique_notes == "rewrite" else args.critique_notes)

@@ -231,7 +231,8 @@ def relation_claim(a: Item, b: Item, axis: str) -> Claim:
     return Claim("relation", "description", words[0] if ahead else words[1],
                  say=lambda v: f"The {a.name} is {v} the {b.name}.",
                  corrupt=lambda v, rng: _other(rng, words, v), error="spatial", subject=f"the {a.name}",
-                 check=lambda v: _qa(f"Is the {a.name} {v} the {b.name}?", _yes(v == (words[0] if ahead else words[1]))),
+                 check=lambda v: _qa(f"Is the {a.name} {v} the {b.name}?",
+                                     _yes(v == (words[0] if ahead else words[1]))),
                  explain=lambda said, true: [f"The {a.name} is {true} the {b.name}, not {said} it.",
                                              f"In the image the {a.name} is {true} the {b.name}.",
                                              f"The step reverses the relation: the {a.name} is {true} the {b.name}."])
@@ -268,7 +269,8 @@ def more_claim(premises: tuple[int, int], c1: str, c2: str, a: int, b: int) -> C
     return Claim("more", "reasoning", _majority(c1, c2)(a, b), premises=premises, follow=_majority(c1, c2),
                  say=lambda v: f"So there are more {v[0]} shapes than {v[1]} shapes.",
                  corrupt=lambda v, rng: _swap(v),
-                 check=lambda v: _qa(f"Are there more {v[0]} shapes than {v[1]} shapes?", _yes(v == _majority(c1, c2)(a, b))),
+                 check=lambda v: _qa(f"Are there more {v[0]} shapes than {v[1]} shapes?",
+                                     _yes(v == _majority(c1, c2)(a, b))),
                  explain=lambda said, true: [f"There are more {true[0]} shapes than {true[1]} shapes, not the reverse.",
                                              f"With {a} {c1} and {b} {c2} shapes, the {true[0]} shapes are more.",
                                              f"The comparison is turned round: the {true[1]} shapes are fewer."])

@@ -56,7 +56,8 @@ def test_checks_are_worded_as_the_bases_scene_questions():
     meta = [schema.chain_meta(c) for c in synthesize(300, seed=2)]
     questions = {q.strip() for m in meta for check in m["step_checks"] if check for q, _ in QA.findall(check)}
     starts = ("What colour is the ", "Where is the ", "How many ", "Is there a ", "Is the ", "Are there more ")
-    assert questions and all(q.startswith(starts) for q in questions), [q for q in questions if not q.startswith(starts)]
+    assert questions and all(q.startswith(starts) for q in questions), [q for q in questions
+                                                                        if not q.startswith(starts)]
 
 
 def test_check_notes_in_prm_rows(tmp_path):
@@ -93,7 +94,8 @@ def test_the_cli_takes_a_style_and_keeps_the_bare_flag(tmp_path, capsys):
     schema.save_chains(synthesize(12, seed=1), str(tmp_path / "chains"))
     for flags, want in ((["--prm-notes"], True), (["--prm-notes", "check"], "check")):
         out = str(tmp_path / f"prm-{want}")
-        assert main(["data", "build", "--chains", str(tmp_path / "chains"), "--kind", "prm-sft", *flags, "--out", out]) == 0
+        args = ["data", "build", "--chains", str(tmp_path / "chains"), "--kind", "prm-sft", *flags, "--out", out]
+        assert main(args) == 0
         with open(os.path.join(out, "build_stats.json")) as f:
             assert json.load(f)["prm_notes"] == want
 

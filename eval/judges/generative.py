@@ -86,8 +86,8 @@ class GenerativeJudge(Judge):
         # (`data build --critique-notes [STYLE]`); true is the original style, so its cache keys stay as they were
         notes = {"true": True, "false": False, "rewrite": True}.get(str(notes).lower(), notes)
         if notes not in (False, True, "check"):
-            raise ValueError(f"notes={notes!r}: choose true (the step as the image has it), check (questions that check "
-                             "it, answered) or false")
+            raise ValueError(f"notes={notes!r}: choose true (the step as the image has it), check (questions that "
+                             "check it, answered) or false")
         if notes:
             if mode != "critique":
                 raise ValueError("notes=true asks for critiques that say what the image shows: it needs mode=critique")
