@@ -28,8 +28,11 @@ SMOL_PLANS = {
     "full": {"n_train": 2000, "n_test": 200, "prm_steps": 300, "sft_steps": 60, "dpo_steps": 10, "batch": 8},
     "quick": {"n_train": 60, "n_test": 8, "prm_steps": 2, "sft_steps": 2, "dpo_steps": 1, "batch": 2},
 }
-# the recipe folder and how its judges load for each base: SmolLM2's critics score in bfloat16, twice as fast
-BASES = {"tiny": ("tiny", ""), "smollm2": ("tiny-smol", ",dtype=bfloat16")}
+# per base: the recipe folder, how its judges load (SmolLM2's critics score in bfloat16, twice as fast) and the notes
+# its critics write before each verdict: the 3M base's the step as the image has it (`--prm-notes`); SmolLM2's the
+# questions that check the step, answered (`--prm-notes check`), worded as the scene questions its base answers
+# (docs/experiments.md, section 13)
+BASES = {"tiny": ("tiny", "", True), "smollm2": ("tiny-smol", ",dtype=bfloat16", "check")}
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
 TARGETS = {
     "prm_f1": 0.80, "prm_auroc": 0.90, "prm_kind_auroc": 0.85, "margin_over_prompted": 0.15,
@@ -159,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
     from stepcritic.data_prep.synth import synthesize_to_disk
     from stepcritic.eval.runner import DEFAULT_TASKS, build_judge, evaluate
 
-    folder, judged = BASES[args.base]
+    folder, judged, notes = BASES[args.base]
     plans = SMOL_PLANS if args.base == "smollm2" else PLANS
     plan = dict(plans["quick" if args.quick else "full"], level=args.level, base=args.base)
     out = os.path.abspath(args.out)
@@ -174,10 +177,10 @@ def main(args: argparse.Namespace) -> int:
     def build_all():
         chains = load_chains(os.path.join(data, "train-chains"))
         for kind in ("prm-sft", "critique-sft", "critique-pref"):
-            # the PRM writes each step as the image has it before its verdict (`data build --prm-notes`): a
-            # verdict alone is an XOR of words and picture, which a tiny model learns too slowly (docs/experiments.md)
-            # so does the critique writer, under "shows" before each verdict (`data build --critique-notes`)
-            options = {"prm_notes": True} if kind == "prm-sft" else {"critique_notes": True}
+            # the PRM writes a note before its verdict (`data build --prm-notes`): a verdict alone is an XOR of
+            # words and picture, which a small model learns too slowly (docs/experiments.md); so does the critique
+            # writer, under "shows" before each verdict (`data build --critique-notes`)
+            options = {"prm_notes": notes} if kind == "prm-sft" else {"critique_notes": notes}
             stats = build_dataset(chains, kind, os.path.join(data, kind), test_fraction=0.05, seed=args.seed,
                                   **options)
             print(f"  {kind}: {stats.get('rows', stats)}")
@@ -199,7 +202,8 @@ def main(args: argparse.Namespace) -> int:
     # critiques are decoded under their JSON structure (eval/judges/structured.py), trained and prompted alike
     # (explanations capped at 24 tokens: the gold ones take about 12)
     base = _base_model("prm.yaml", folder)  # the critics' start point, asked as a judge the way a user asks a VLM
-    roles = {"prm": f"prm:{prm_dir}{judged}", "writer": f"hf:{dpo_dir},{WRITER},notes=true{judged}",
+    style = "check" if notes == "check" else "true"
+    roles = {"prm": f"prm:{prm_dir}{judged}", "writer": f"hf:{dpo_dir},{WRITER},notes={style}{judged}",
              "blank": f"text-only:prm:{prm_dir}{judged}",
              "prompted": [f"step-check:{base}{judged}", f"hf:{base},{WRITER}{judged}"],
              "trivial": ["always-correct", "random,rate=1.0,seed=0", "random,rate=0.5,seed=0", "majority"]}

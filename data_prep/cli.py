@@ -58,6 +58,10 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--level", choices=LEVELS, default="standard",
                    help="standard: 3-5 shapes per scene, every question kind (default); easy: 1-2 shapes, "
                         "perception questions only (what a from-scratch critic learns on a CPU)")
+    p.add_argument("--error-rate", type=float, default=None,
+                   help="mean chance that a step of a faulty chain goes wrong on its own (default about 0.3; the "
+                        "per-template rates are rescaled to it, 0 gives clean chains only). Training data with more "
+                        "wrong steps keeps a note-writing critic from copying a step's value into its note")
     p.add_argument("--out", required=True, help="output folder for the chains dataset")
     _output_options(p)
 
@@ -159,9 +163,9 @@ def main(args: argparse.Namespace) -> int:
     if args.data_command == "synth":
         from stepcritic.data_prep.synth import check_options, synthesize_to_disk
 
-        check_options(args.n, args.image_size, args.level)
+        check_options(args.n, args.image_size, args.level, error_rate=args.error_rate)
         stats = synthesize_to_disk(args.n, args.seed, args.out, image_size=args.image_size, level=args.level,
-                                   overwrite=args.overwrite, progress=progress)
+                                   error_rate=args.error_rate, overwrite=args.overwrite, progress=progress)
         print(f"synthesised {_summary(stats, SYNTH_SUMMARY)} -> {args.out}")
         return 0
     if args.data_command == "build":

@@ -684,7 +684,8 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
     }
 
 
-def check_options(n: int, image_size: int = 96, level: str = "standard", chains_per_question: int = 3) -> None:
+def check_options(n: int, image_size: int = 96, level: str = "standard", chains_per_question: int = 3,
+                  error_rate: float | None = None) -> None:
     """Raise `SynthError` (one line naming the option) for options `synthesize` cannot honour."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise SynthError(f"--n must be a positive number of chains, got {n!r}")
@@ -695,6 +696,8 @@ def check_options(n: int, image_size: int = 96, level: str = "standard", chains_
         raise SynthError(f"unknown level {level!r}; choose one of {sorted(LEVELS)}")
     if isinstance(chains_per_question, bool) or not isinstance(chains_per_question, int) or chains_per_question < 1:
         raise SynthError(f"chains_per_question must be at least 1, got {chains_per_question!r}")
+    if error_rate is not None and not (isinstance(error_rate, (int, float)) and 0 <= error_rate <= 1):
+        raise SynthError(f"--error-rate must be between 0 and 1, got {error_rate!r}")
 
 
 def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question: int = 3,
@@ -714,7 +717,7 @@ def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question:
 def iter_synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question: int = 3,
                     error_rate: float | None = None, level: str = "standard"):
     """The chains of `synthesize`, one at a time (a group's chains one after another), holding none of them."""
-    check_options(n, image_size, level, chains_per_question)
+    check_options(n, image_size, level, chains_per_question, error_rate)
     scale = 1.0 if error_rate is None else error_rate / NOMINAL_FAULT_RATE
     made = 0
     for group in range(math.ceil(n / chains_per_question)):

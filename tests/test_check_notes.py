@@ -117,7 +117,7 @@ def test_a_check_note_prm_is_scored_by_its_verdict(tmp_path):
     train(recipe)
     with open(tmp_path / "run" / "config.json") as f:
         assert json.load(f)["stepcritic_prm_notes"] == "check"
-    scorer = PRMScorer.from_pretrained(str(tmp_path / "run"), batch_size=4)
+    scorer = PRMScorer.from_pretrained(str(tmp_path / "run"), batch_size=2)  # two batches: notes of both kept
     scorer.MAX_CHECK_TOKENS = 6  # an untrained note is long: the verdict is forced early, as after a long note
     scores = scorer.score(synthetic[:3])
     assert [len(s) for s in scores] == [len(c["steps"]) for c in synthetic[:3]]

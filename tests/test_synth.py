@@ -265,6 +265,19 @@ def test_error_rate_rescales_faults():
     assert low < 0.2 < high
 
 
+def test_error_rate_from_the_command_line_and_out_of_range(tmp_path, capsys):
+    from stepcritic import cli
+
+    out = str(tmp_path / "many-wrong")
+    assert cli.main(["data", "synth", "--n", "60", "--seed", "1", "--error-rate", "0.5", "--out", out]) == 0
+    with open(f"{out}/stats.json") as f:
+        assert json.load(f)["error_rate"] == 0.5
+    capsys.readouterr()
+    assert cli.main(["data", "synth", "--n", "6", "--error-rate", "1.5", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--error-rate must be between 0 and 1, got 1.5" in err[0]
+
+
 def test_synthesize_to_disk_round_trips(tmp_path):
     stats = synth.synthesize_to_disk(25, 3, str(tmp_path / "synth"), chains_per_question=2)
     ds = schema.load_chains(str(tmp_path / "synth"))

@@ -105,6 +105,7 @@ class PRMScorer:
         self.model = model.eval()
         notes = getattr(model.config, "stepcritic_prm_notes", False)
         self.notes = notes if notes == "check" else bool(notes)  # True: rewrite notes; "check": check notes
+        self.last_notes: list[list[str]] = []
         fast_masks.install()
         self.processor = processor
         self.template = template
@@ -139,6 +140,7 @@ class PRMScorer:
         check_modality(self.processor, chains)
         out = []
         if self.notes:
+            self.last_notes = []  # every chain's notes, batch after batch
             for start in range(0, len(chains), self.batch_size):
                 out.extend(self._score_with_notes(chains[start:start + self.batch_size]))
             return out
@@ -168,7 +170,7 @@ class PRMScorer:
 
     def _score_with_notes(self, chains: list[dict]) -> list[list[float]]:
         """Step by step, the chains in a batch side by side (left-padded): write each note greedily, then read the
-        probability of the step's own text as the note. `self.last_notes` keeps the notes the model wrote (what it
+        probability of the step's own text as the note. `self.last_notes` gets the notes the model wrote (what it
         says each step should read), for inspection."""
         from trl.data_utils import prepare_multimodal_messages
 
@@ -196,7 +198,7 @@ class PRMScorer:
                 scores[b].append(p_note)
                 notes[b].append(note)
                 messages[b].append(prompts.assistant_turn(prompts.prm_turn(prompts.PRM_POSITIVE, note)))
-        self.last_notes = notes
+        self.last_notes.extend(notes)
         return scores
 
     def _write_notes(self, inputs, verdicts: bool = False):
