@@ -29,10 +29,9 @@ SMOL_PLANS = {
     "quick": {"n_train": 60, "n_test": 8, "prm_steps": 2, "sft_steps": 2, "dpo_steps": 1, "batch": 2},
 }
 # per base: the recipe folder, how its judges load (SmolLM2's critics score in bfloat16, twice as fast) and the notes
-# its critics write before each verdict: the 3M base's the step as the image has it (`--prm-notes`); SmolLM2's the
-# questions that check the step, answered (`--prm-notes check`), worded as the scene questions its base answers
-# (docs/experiments.md, section 13)
-BASES = {"tiny": ("tiny", "", True), "smollm2": ("tiny-smol", ",dtype=bfloat16", "check")}
+# its critics write before each verdict (True: the step as the image has it, `--prm-notes`; "check": the questions
+# that check it, answered, `--prm-notes check`, which measured no better on SmolLM2: docs/experiments.md, section 13)
+BASES = {"tiny": ("tiny", "", True), "smollm2": ("tiny-smol", ",dtype=bfloat16", True)}
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
 TARGETS = {
     "prm_f1": 0.80, "prm_auroc": 0.90, "prm_kind_auroc": 0.85, "margin_over_prompted": 0.15,
