@@ -134,3 +134,35 @@ def test_base_probe_scores_only_the_final_answer_of_every_question_kind():
     scores = base_probe.probe(model, processor, per_question=2, caption=True)
     assert list(scores) == list(scene_qa.KINDS)
     assert all(0.0 <= value <= 1.0 for value in scores.values())
+
+
+def test_the_base_probe_on_the_chains_scenes_and_on_their_step_checks():
+    """`--scenes synth` draws the critic's own scenes; `--checks` asks the questions the chains' steps need, each
+    once per chain, grouped by kind. What it protects: a base is judged on what the critic will ask of it."""
+    import json
+
+    from stepcritic.data_prep.schema import chain_meta
+    from stepcritic.data_prep.synth import synthesize
+    from stepcritic.experiments import base_probe as tool
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny import base_pretrain
+    from stepcritic.train.tiny.cache import tiny_critic_path
+
+    sizes = {len(base_pretrain.probe_scene(__import__("random").Random(k), "synth")) for k in range(60)}
+    assert max(sizes) >= 6  # the chains' scenes reach past what the random probe usually draws
+    with pytest.raises(ValueError, match="unknown probe scenes"):
+        base_pretrain.probe(None, None, scenes="chains")
+
+    chains = synthesize(300, seed=11)
+    questions = [q for c in chains for check in chain_meta(c)["step_checks"] if check
+                 for q, _ in tool.CHECK.findall(check)]
+    kinds = {tool.check_kind(q) for q in questions}  # every check question has a kind
+    assert kinds == {"sum", "more", "count_colour", "count_shape", "colour", "where", "exists", "bigger", "relation"}
+
+    model, processor = load_critic(tiny_critic_path())
+    scores = tool.check_probe(model, processor, chains[:6], limit=20, batch_size=8)
+    assert sum(v["n"] for v in scores.values()) == min(20, len({(c["chain_id"], q) for c in chains[:6]
+                                                              for check in chain_meta(c)["step_checks"] if check
+                                                              for q, _ in tool.CHECK.findall(check)}))
+    assert all(0.0 <= v["accuracy"] <= 1.0 for v in scores.values())
+    json.dumps(scores)

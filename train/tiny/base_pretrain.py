@@ -305,24 +305,42 @@ def pretrain_built(model, processor, on_gpu: bool, steps: int, seed: int = 0, im
                          workers=min(8, os.cpu_count() or 1) if on_gpu else 0)
 
 
-def probe(model, processor, per_question: int = 48, caption: bool = False, seed: int = 123) -> dict:
-    """{question kind: accuracy} on `per_question` fresh scenes of 1-6 shapes each, each question alone with its
+PROBE_SCENES = ("random", "synth")
+
+
+def probe_scene(rng: random.Random, scenes: str = "random") -> list:
+    """A fresh scene for the probe: "random", 1-6 shapes anywhere (what the base is pre-trained on); "synth", the
+    scene of a fresh standard-level synthetic question (`data_prep.synth`: the critic's own scenes, up to 7 shapes,
+    several of a kind or a colour), so the probe also says how well the base reads what the critic's steps claim."""
+    from stepcritic.data_prep.render import place, random_pairs
+
+    if scenes == "synth":
+        from stepcritic.data_prep.synth import LEVELS, sample_question
+
+        return sample_question(rng, LEVELS["standard"]).items
+    return place(rng, random_pairs(rng, rng.randint(1, 6)))
+
+
+def probe(model, processor, per_question: int = 48, caption: bool = False, seed: int = 123,
+          scenes: str = "random") -> dict:
+    """{question kind: accuracy} on `per_question` fresh scenes (`probe_scene`), each question alone with its
     image (or, with `caption`, after the gold caption). An answer counts when every one of its tokens is the
     model's argmax (teacher-forced)."""
-    import torch
     from trl.data_utils import prepare_multimodal_messages
 
     from stepcritic.data_prep.images import to_rgb
     from stepcritic.data_prep.prompts import assistant_turn, user_turn, user_with_image
-    from stepcritic.data_prep.render import place, random_pairs, render_png
+    from stepcritic.data_prep.render import render_png
     from stepcritic.train.tiny import scene_qa
 
+    if scenes not in PROBE_SCENES:
+        raise ValueError(f"unknown probe scenes {scenes!r}; choose one of {', '.join(PROBE_SCENES)}")
     rng, accuracy = random.Random(seed), {}
     model.eval()
     for kind, ask in zip(scene_qa.KINDS, scene_qa.QUESTIONS):
         conversations = []
         while len(conversations) < per_question:
-            items = place(rng, random_pairs(rng, rng.randint(1, 6)))
+            items = probe_scene(rng, scenes)
             asked = ask(rng, items)
             if not asked:
                 continue
@@ -331,17 +349,25 @@ def probe(model, processor, per_question: int = 48, caption: bool = False, seed:
                          user_turn(question)] if caption else [user_with_image(question)])
             conversations.append(prepare_multimodal_messages(messages + [assistant_turn(answer)],
                                                              images=[to_rgb(render_png(items))]))
-        batch = encode(processor, conversations)
-        labels = batch.pop("labels")
-        with torch.no_grad():
-            predicted = model(**batch).logits[:, :-1].argmax(-1)
-        gold = labels[:, 1:]
-        hits = []
-        for row in range(len(conversations)):
-            last = _last_run((gold[row] != -100).nonzero().flatten().tolist())  # the answer turn (+ its end)
-            hits.append(bool((predicted[row, last] == gold[row, last]).all()))
+        hits = answered(model, processor, conversations)
         accuracy[kind] = round(sum(hits) / len(hits), 3)
     return accuracy
+
+
+def answered(model, processor, conversations: list) -> list[bool]:
+    """Per conversation, whether the model's argmax (teacher-forced) is every token of its last assistant turn."""
+    import torch
+
+    batch = encode(processor, conversations)
+    labels = batch.pop("labels")
+    with torch.no_grad():
+        predicted = model(**batch).logits[:, :-1].argmax(-1)
+    gold = labels[:, 1:]
+    hits = []
+    for row in range(len(conversations)):
+        last = _last_run((gold[row] != -100).nonzero().flatten().tolist())  # the answer turn (+ its end)
+        hits.append(bool((predicted[row, last] == gold[row, last]).all()))
+    return hits
 
 
 def _last_run(positions: list[int]) -> list[int]:
