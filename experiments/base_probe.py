@@ -4,7 +4,7 @@
     python -m stepcritic.experiments.base_probe --model DIR --checks CHAINS_DIR [--limit 400]
 
 Each question of `train.tiny.scene_qa` is asked about fresh scenes of 1-6 shapes (with --scenes synth: the scenes of
-fresh standard-level synthetic questions, those the critic's steps are about, up to 7 shapes), alone with the image
+fresh standard-level synthetic questions, those the critic's steps are about, up to 8 shapes), alone with the image
 (or, with --caption, after the gold caption, when the answer can be copied from the caption's words instead). An answer
 counts when every one of its tokens is the model's argmax (teacher-forced). Yes/no checks are true half of the
 time, so 0.5 is chance for them; a critic has to make exactly these checks against the picture.
@@ -12,7 +12,7 @@ time, so 0.5 is chance for them; a critic has to make exactly these checks again
 With --checks, the questions are the step checks of synthetic chains (`meta.step_checks`, what `data build
 --prm-notes check` writes): every question a chain's steps need, asked alone with the chain's image, scored the same
 way and grouped by kind. These are harder than the random questions: they ask about the counts a question is built
-on (1 to 3 of a kind, totals up to 6) in scenes of up to 7 shapes.
+on (1 to 3 of a kind, totals up to 6) in scenes of up to 8 shapes.
 """
 
 from __future__ import annotations

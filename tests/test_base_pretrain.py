@@ -141,3 +141,12 @@ def test_bad_question_weights_are_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --question-weights: unknown question kind 'relatoin'") and "\n" not in err
     assert not (tmp_path / "run").exists()  # nothing built before the arguments are checked
+
+
+def test_synth_scenes_out_of_range_is_one_line_and_exit_2(tmp_path, capsys):
+    from stepcritic.train.tiny import base_pretrain
+
+    args = base_pretrain.make_parser().parse_args(["--out", str(tmp_path / "run"), "--synth-scenes", "1.5"])
+    assert base_pretrain.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --synth-scenes must be between 0 and 1, got 1.5"

@@ -82,3 +82,17 @@ def test_question_weights_errors_name_the_part():
         with pytest.raises(ValueError, match=said):
             scene_qa.parse_weights(text)
     assert scene_qa.parse_weights("") == {}
+
+
+def test_synth_scenes_draw_the_chains_scenes_and_nothing_else_of_them():
+    # base_pretrain --synth-scenes: a base continued on the scenes a critic's steps are about (up to 8 shapes, several
+    # of a kind), with the same questions; without it the stream is what the shipped bases were trained on
+    assert scene_qa.conversation(random.Random(5)) == scene_qa.conversation(random.Random(5), synth_scenes=0.0)
+    sizes = [len(scene_qa.conversation(random.Random(k), with_items=True, synth_scenes=1.0)[2]) for k in range(80)]
+    assert max(sizes) >= 7 and min(sizes) >= 2
+    random_sizes = [len(scene_qa.conversation(random.Random(k), with_items=True)[2]) for k in range(80)]
+    assert max(random_sizes) <= 6
+    for k in range(20):
+        messages = scene_qa.conversation(random.Random(k), synth_scenes=1.0)[0]
+        text = " ".join(part.get("text") or "" for m in messages for part in m["content"])
+        assert "Step" not in text and "correct" not in text  # a scene and its questions, never a chain or a label

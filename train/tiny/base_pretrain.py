@@ -74,9 +74,11 @@ class SceneConversations:
     """Encoded scene conversations; batch `step` depends only on (seed, step, batch_size, steps)."""
 
     def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6, exclude: frozenset = frozenset(),
-                 words: bool = False, induction_steps: int = 0, weights: dict | None = None):
+                 words: bool = False, induction_steps: int = 0, weights: dict | None = None,
+                 synth_scenes: float = 0.0):
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
         self.exclude, self.words, self.induction_steps, self.weights = exclude, words, induction_steps, weights
+        self.synth_scenes = synth_scenes
 
     def conversations(self, rng: random.Random, n: int, max_items: int = 6, scenes: list | None = None) -> list:
         """`n` encoded-ready conversations; their scenes' items are appended to `scenes` when given."""
@@ -88,7 +90,7 @@ class SceneConversations:
         out = []
         while len(out) < n:
             messages, png, items = conversation(rng, self.n_questions, self.image_size, max_items=max_items,
-                                                with_items=True, weights=self.weights)
+                                                with_items=True, weights=self.weights, synth_scenes=self.synth_scenes)
             if scene_key(items) in self.exclude:
                 continue
             out.append(prepare_multimodal_messages(messages, images=[to_rgb(png)]))
@@ -202,7 +204,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
                   log_every: int = 100, max_seconds: float | None = None, checkpoint_dir: str | None = None,
                   save_every: int = 250, probe_every: int = 0, exclude: frozenset = frozenset(),
                   align_weight: float = 0.0, align_steps: int = 0, induction_steps: int = 0,
-                  question_weights: dict | None = None) -> dict:
+                  question_weights: dict | None = None, synth_scenes: float = 0.0) -> dict:
     """Train `model`'s language model and projector in place (vision tower frozen); returns the steps done, the
     last logged loss, the answer-token accuracy on fresh scenes, and the history of logged losses and probes.
 
@@ -211,7 +213,8 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     alignment loss (`alignment_loss`) to every step; the first `align_steps` steps train the projector on it alone.
     `induction_steps` come before both: next-token loss on repeated word lists (`repeated_word_batch`), the
     language model alone, so that it can find a word's earlier copy before it is asked to find a named shape.
-    `question_weights` ({kind: weight}) draws the question kinds unevenly (`scene_qa.conversation`).
+    `question_weights` ({kind: weight}) draws the question kinds unevenly, and `synth_scenes` is the share of scenes
+    drawn as the synthetic chains' scenes (`scene_qa.conversation`).
     """
     import torch
 
@@ -244,7 +247,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     torch.manual_seed(seed + first)
     model.to(device).train()
     source = SceneConversations(processor, seed, image_size, exclude=exclude, words=bool(align_weight or align_steps),
-                                induction_steps=induction_steps, weights=question_weights)
+                                induction_steps=induction_steps, weights=question_weights, synth_scenes=synth_scenes)
     start, loss_value, done = time.perf_counter(), float("nan"), first
     for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -310,7 +313,7 @@ PROBE_SCENES = ("random", "synth")
 
 def probe_scene(rng: random.Random, scenes: str = "random") -> list:
     """A fresh scene for the probe: "random", 1-6 shapes anywhere (what the base is pre-trained on); "synth", the
-    scene of a fresh standard-level synthetic question (`data_prep.synth`: the critic's own scenes, up to 7 shapes,
+    scene of a fresh standard-level synthetic question (`data_prep.synth`: the critic's own scenes, up to 8 shapes,
     several of a kind or a colour), so the probe also says how well the base reads what the critic's steps claim."""
     from stepcritic.data_prep.render import place, random_pairs
 
@@ -408,6 +411,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--question-weights", default="",
                         help="draw question kinds unevenly, e.g. relation=3,bigger=3 (others 1): to continue a base "
                              "(--init-from) on the kinds its probe says are weakest")
+    parser.add_argument("--synth-scenes", type=float, default=0.0,
+                        help="share of scenes drawn as synthetic questions' scenes (up to 8 shapes, 1 to 3 of a kind "
+                             "or a colour: what a critic's steps are about), never from the demo's held-out seeds")
     parser.add_argument("--init-from", help="start from the weights of a model folder (the shipped base: "
                                             "stepcritic/train/tiny/base) or of another run's checkpoint.pt (not its "
                                             "optimiser or schedule)")
@@ -436,6 +442,9 @@ def main(args: argparse.Namespace) -> int:
         weights = parse_weights(args.question_weights)
     except ValueError as e:
         print(f"error: --question-weights: {e}", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.synth_scenes <= 1.0:
+        print(f"error: --synth-scenes must be between 0 and 1, got {args.synth_scenes}", file=sys.stderr)
         return 2
     import torch
 
@@ -469,7 +478,8 @@ def main(args: argparse.Namespace) -> int:
                            max_seconds=args.max_minutes * 60 if args.max_minutes else None, checkpoint_dir=args.out,
                            save_every=args.save_every, probe_every=args.probe_every, exclude=excluded_scenes(),
                            align_weight=args.align_weight, align_steps=args.align_steps,
-                           induction_steps=args.induction_steps, bf16=args.bf16, question_weights=weights or None)
+                           induction_steps=args.induction_steps, bf16=args.bf16, question_weights=weights or None,
+                           synth_scenes=args.synth_scenes)
     final = os.path.join(args.out, "model")
     model.save_pretrained(final)
     processor.save_pretrained(final)

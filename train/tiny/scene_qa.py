@@ -171,15 +171,23 @@ def parse_weights(text: str) -> dict[str, float]:
 
 
 def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96, max_items: int = 6,
-                 caption_rate: float = 0.3, with_items: bool = False, weights: dict | None = None) -> tuple:
+                 caption_rate: float = 0.3, with_items: bool = False, weights: dict | None = None,
+                 synth_scenes: float = 0.0) -> tuple:
     """One scene of 1..max_items shapes as chat messages (the image on the first user turn) and its PNG bytes:
     `n_questions` questions, after a caption in `caption_rate` of conversations. Mostly without: once the
     caption is in the context, every later answer can be copied from its words instead of read off the image.
     `with_items` adds the scene's items as a third element. `weights` ({kind: weight}, 1 where absent) draws the
-    kinds unevenly, to spend a continued pre-training on the kinds its probe says are weakest."""
+    kinds unevenly, to spend a continued pre-training on the kinds its probe says are weakest. `synth_scenes` is the
+    share of scenes drawn as a synthetic question's scene (`data_prep.synth`: up to 8 shapes, 1 to 3 of a kind or a
+    colour), the scenes a critic's steps are about; only the scene, never a chain, step or label."""
     from stepcritic.data_prep.prompts import assistant_turn, user_turn, user_with_image
 
-    items = place(rng, random_pairs(rng, rng.randint(1, max_items)))
+    if synth_scenes and rng.random() < synth_scenes:  # without it no draw: the default stream stays as it was
+        from stepcritic.data_prep.synth import sample_question
+
+        items = sample_question(rng).items
+    else:
+        items = place(rng, random_pairs(rng, rng.randint(1, max_items)))
     messages = []
     if rng.random() < caption_rate:
         messages = [user_with_image("Describe the image."), assistant_turn(caption(items))]
