@@ -33,7 +33,7 @@ def check_kind(question: str) -> str:
 
 
 def check_probe(model, processor, chains, limit: int = 400, batch_size: int = 16) -> dict:
-    """{kind: {"accuracy", "n"}} over the first `limit` check questions of `chains` (each asked once per chain)."""
+    """{kind: {"accuracy", "n"}} over the first `limit` check questions of `chains` (each asked once per scene)."""
     from trl.data_utils import prepare_multimodal_messages
 
     from stepcritic.data_prep.images import rgb_images
@@ -41,10 +41,15 @@ def check_probe(model, processor, chains, limit: int = 400, batch_size: int = 16
     from stepcritic.data_prep.schema import chain_meta
     from stepcritic.train.tiny.base_pretrain import answered
 
-    asked = []
+    asked, seen = [], set()
     for chain in chains:
         pairs = {qa for check in chain_meta(chain).get("step_checks") or [] if check for qa in CHECK.findall(check)}
-        asked += [(chain, question.strip(), answer) for question, answer in sorted(pairs)]
+        for question, answer in sorted(pairs):
+            # the chains of a group share their scene and most checks: each is asked once per scene
+            key = (chain.get("group_id") or chain["chain_id"], question.strip())
+            if key not in seen:
+                seen.add(key)
+                asked.append((chain, question.strip(), answer))
         if len(asked) >= limit:
             break
     hits: dict[str, list[bool]] = {}

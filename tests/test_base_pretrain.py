@@ -150,3 +150,27 @@ def test_synth_scenes_out_of_range_is_one_line_and_exit_2(tmp_path, capsys):
     assert base_pretrain.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: --synth-scenes must be between 0 and 1, got 1.5"
+
+
+def test_an_adapter_folder_continues_its_adapters(fresh, tmp_path):
+    """--init-from stepcritic/train/tiny/base_smollm2 (or a run's model/): a continued SmolLM2 base starts from the
+    shipped adapters, so what it installs is still a delta on the scaffold and keeps what the earlier runs learnt."""
+    import torch
+
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.base_pretrain import _load_adapter
+    from stepcritic.train.tiny.smol import add_lora
+
+    trained = add_lora(load_critic(fresh)[0], rank=4)
+    with torch.no_grad():
+        for p in trained.parameters():
+            if p.requires_grad:
+                p.add_(0.01 * torch.randn_like(p))
+    trained.save_pretrained(tmp_path / "adapter")
+    continued = add_lora(load_critic(fresh)[0], rank=4)
+    _load_adapter(continued, str(tmp_path / "adapter"))
+    want, got = trained.state_dict(), continued.state_dict()
+    changed = [k for k, p in trained.named_parameters() if p.requires_grad]
+    assert changed and all(torch.equal(want[k], got[k]) for k in changed)
+    with pytest.raises(SystemExit, match="continues an --lm smollm2 run only"):
+        _load_adapter(load_critic(fresh)[0], str(tmp_path / "adapter"))

@@ -96,3 +96,27 @@ def test_synth_scenes_draw_the_chains_scenes_and_nothing_else_of_them():
         messages = scene_qa.conversation(random.Random(k), synth_scenes=1.0)[0]
         text = " ".join(part.get("text") or "" for m in messages for part in m["content"])
         assert "Step" not in text and "correct" not in text  # a scene and its questions, never a chain or a label
+
+
+def _count_answers(balance_counts: bool) -> list[int]:
+    rng, answers = random.Random(11), []
+    for _ in range(400):
+        messages, _, items = scene_qa.conversation(rng, with_items=True, synth_scenes=1.0,
+                                                   balance_counts=balance_counts, weights={"count_colour": 6.0})
+        said = [part["text"] for m in messages for part in m["content"] if part.get("type") == "text"]
+        for question, answer in zip(said[::2], said[1::2]):
+            colour = next((c for c in scene_qa.COLOUR_NAMES if question == f"How many {c} shapes are there?"), None)
+            if colour:
+                assert int(answer) == sum(it.colour == colour for it in items)  # answered from the scene
+                answers.append(int(answer))
+    return answers
+
+
+def test_balanced_counts_ask_a_scenes_large_counts_more_often():
+    # base_pretrain --balance-counts: drawn blindly a colour's count is 3 in about 1 question in 20, and a base learns
+    # to answer 2 where a chain's step says 3; drawn by answer it is asked about twice as often, still from the scene
+    blind, balanced = _count_answers(False), _count_answers(True)
+    share = [sum(a >= 3 for a in answers) / len(answers) for answers in (blind, balanced)]
+    assert share[1] > 1.5 * share[0]
+    assert {0, 1, 2, 3} <= set(balanced)  # every count is still asked
+    assert scene_qa.conversation(random.Random(5)) == scene_qa.conversation(random.Random(5), balance_counts=False)

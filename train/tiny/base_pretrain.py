@@ -75,10 +75,10 @@ class SceneConversations:
 
     def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6, exclude: frozenset = frozenset(),
                  words: bool = False, induction_steps: int = 0, weights: dict | None = None,
-                 synth_scenes: float = 0.0):
+                 synth_scenes: float = 0.0, balance_counts: bool = False):
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
         self.exclude, self.words, self.induction_steps, self.weights = exclude, words, induction_steps, weights
-        self.synth_scenes = synth_scenes
+        self.synth_scenes, self.balance_counts = synth_scenes, balance_counts
 
     def conversations(self, rng: random.Random, n: int, max_items: int = 6, scenes: list | None = None) -> list:
         """`n` encoded-ready conversations; their scenes' items are appended to `scenes` when given."""
@@ -90,7 +90,8 @@ class SceneConversations:
         out = []
         while len(out) < n:
             messages, png, items = conversation(rng, self.n_questions, self.image_size, max_items=max_items,
-                                                with_items=True, weights=self.weights, synth_scenes=self.synth_scenes)
+                                                with_items=True, weights=self.weights, synth_scenes=self.synth_scenes,
+                                                balance_counts=self.balance_counts)
             if scene_key(items) in self.exclude:
                 continue
             out.append(prepare_multimodal_messages(messages, images=[to_rgb(png)]))
@@ -204,7 +205,8 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
                   log_every: int = 100, max_seconds: float | None = None, checkpoint_dir: str | None = None,
                   save_every: int = 250, probe_every: int = 0, exclude: frozenset = frozenset(),
                   align_weight: float = 0.0, align_steps: int = 0, induction_steps: int = 0,
-                  question_weights: dict | None = None, synth_scenes: float = 0.0) -> dict:
+                  question_weights: dict | None = None, synth_scenes: float = 0.0,
+                  balance_counts: bool = False) -> dict:
     """Train `model`'s language model and projector in place (vision tower frozen); returns the steps done, the
     last logged loss, the answer-token accuracy on fresh scenes, and the history of logged losses and probes.
 
@@ -214,7 +216,8 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     `induction_steps` come before both: next-token loss on repeated word lists (`repeated_word_batch`), the
     language model alone, so that it can find a word's earlier copy before it is asked to find a named shape.
     `question_weights` ({kind: weight}) draws the question kinds unevenly, and `synth_scenes` is the share of scenes
-    drawn as the synthetic chains' scenes (`scene_qa.conversation`).
+    drawn as the synthetic chains' scenes; `balance_counts` asks every count a scene holds as often
+    (`scene_qa.conversation`).
     """
     import torch
 
@@ -247,7 +250,8 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     torch.manual_seed(seed + first)
     model.to(device).train()
     source = SceneConversations(processor, seed, image_size, exclude=exclude, words=bool(align_weight or align_steps),
-                                induction_steps=induction_steps, weights=question_weights, synth_scenes=synth_scenes)
+                                induction_steps=induction_steps, weights=question_weights, synth_scenes=synth_scenes,
+                                balance_counts=balance_counts)
     start, loss_value, done = time.perf_counter(), float("nan"), first
     for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -414,9 +418,13 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--synth-scenes", type=float, default=0.0,
                         help="share of scenes drawn as synthetic questions' scenes (up to 8 shapes, 1 to 3 of a kind "
                              "or a colour: what a critic's steps are about), never from the demo's held-out seeds")
+    parser.add_argument("--balance-counts", action="store_true",
+                        help="ask count and total questions about a subject drawn by answer, so that a scene's 3s are "
+                             "asked as often as its 0s and 1s (drawn blindly they almost never are)")
     parser.add_argument("--init-from", help="start from the weights of a model folder (the shipped base: "
-                                            "stepcritic/train/tiny/base) or of another run's checkpoint.pt (not its "
-                                            "optimiser or schedule)")
+                                            "stepcritic/train/tiny/base), of an adapter folder (--lm smollm2: "
+                                            "stepcritic/train/tiny/base_smollm2, or a run's model/) or of another "
+                                            "run's checkpoint.pt (not its optimiser or schedule)")
     return parser
 
 
@@ -431,6 +439,19 @@ def _smol_init(out: str, seed: int, vision_steps: int) -> None:
         pretrain_vision(model, processor, vision_steps, seed=seed)
     model.save_pretrained(out)
     processor.save_pretrained(out)
+
+
+def _load_adapter(model, folder: str) -> None:
+    """An adapter folder's weights (a shipped SmolLM2 base, a run's model/) into `model`'s LoRA adapters and saved
+    modules, so that a run continues it: what it trains stays a delta on the same scaffold."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    if not hasattr(model, "peft_config"):
+        raise SystemExit(f"--init-from {folder}: an adapter folder continues an --lm smollm2 run only")
+    loaded = set_peft_model_state_dict(model, load_file(os.path.join(folder, "adapter_model.safetensors")))
+    if loaded.unexpected_keys:
+        raise SystemExit(f"--init-from {folder}: weights this model has no place for, e.g. {loaded.unexpected_keys[0]}")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -468,7 +489,9 @@ def main(args: argparse.Namespace) -> int:
 
         model = smol.add_lora(model, args.lora_rank)
     if args.init_from and not os.path.isfile(os.path.join(args.out, CHECKPOINT)):
-        if os.path.isdir(args.init_from):  # a saved model, such as the shipped base
+        if os.path.isfile(os.path.join(args.init_from, "adapter_config.json")):  # LoRA adapters and what they save
+            _load_adapter(model, args.init_from)
+        elif os.path.isdir(args.init_from):  # a saved model, such as the shipped base
             model.load_state_dict(load_critic(args.init_from)[0].state_dict())
         else:
             model.load_state_dict(torch.load(args.init_from, map_location="cpu", weights_only=False)["model"])
@@ -479,7 +502,7 @@ def main(args: argparse.Namespace) -> int:
                            save_every=args.save_every, probe_every=args.probe_every, exclude=excluded_scenes(),
                            align_weight=args.align_weight, align_steps=args.align_steps,
                            induction_steps=args.induction_steps, bf16=args.bf16, question_weights=weights or None,
-                           synth_scenes=args.synth_scenes)
+                           synth_scenes=args.synth_scenes, balance_counts=args.balance_counts)
     final = os.path.join(args.out, "model")
     model.save_pretrained(final)
     processor.save_pretrained(final)

@@ -135,6 +135,33 @@ def _sum(rng, items):
     return f"How many {PLURALS[a]} and {PLURALS[b]} are there altogether?", str(total)
 
 
+def _by_answer(rng, subjects, answer):
+    """A subject drawn by its answer, each count this scene allows weighted by count + 1. Drawn blindly, "How many red
+    shapes?" is 0 or 1 nearly always and 3 almost never (few scenes hold three of a colour), and a base learns that
+    3 is an answer it need not give; the weights make up for the scenes without a large count."""
+    grouped: dict = {}
+    for subject in subjects:
+        grouped.setdefault(answer(subject), []).append(subject)
+    counts = sorted(grouped)
+    return rng.choice(grouped[rng.choices(counts, weights=[n + 1 for n in counts])[0]])
+
+
+def _count_shape_balanced(rng, items):
+    shape = _by_answer(rng, SHAPES, lambda s: sum(it.shape == s for it in items))
+    return f"How many {PLURALS[shape]} are there?", str(sum(it.shape == shape for it in items))
+
+
+def _count_colour_balanced(rng, items):
+    colour = _by_answer(rng, COLOUR_NAMES, lambda c: sum(it.colour == c for it in items))
+    return f"How many {colour} shapes are there?", str(sum(it.colour == colour for it in items))
+
+
+def _sum_balanced(rng, items):
+    pairs = [(a, b) for a in SHAPES for b in SHAPES if a != b]
+    a, b = _by_answer(rng, pairs, lambda pair: sum(it.shape in pair for it in items))
+    return f"How many {PLURALS[a]} and {PLURALS[b]} are there altogether?", str(sum(it.shape in (a, b) for it in items))
+
+
 def _more(rng, items):
     counts = {c: sum(it.colour == c for it in items) for c in COLOUR_NAMES}
     pairs = [(a, b) for a in COLOUR_NAMES for b in COLOUR_NAMES if a != b and counts[a] + counts[b] > 0]
@@ -147,6 +174,9 @@ def _more(rng, items):
 QUESTIONS = (_colour, _where, _what_at, _count_shape, _count_colour, _exists, _relation, _bigger, _is_colour, _is_at,
              _is_count, _sum, _more)
 KINDS = tuple(ask.__name__.lstrip("_") for ask in QUESTIONS)  # the probe's names for them
+# the same kinds with the subject drawn by answer (`conversation(balance_counts=True)`)
+BALANCED = tuple({_count_shape: _count_shape_balanced, _count_colour: _count_colour_balanced,
+                  _sum: _sum_balanced}.get(ask, ask) for ask in QUESTIONS)
 # kinds some scenes cannot be asked (no shape alone of its kind, no two shapes apart or of different sizes)
 SOMETIMES = ("colour", "relation", "bigger", "is_colour")
 
@@ -172,14 +202,16 @@ def parse_weights(text: str) -> dict[str, float]:
 
 def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96, max_items: int = 6,
                  caption_rate: float = 0.3, with_items: bool = False, weights: dict | None = None,
-                 synth_scenes: float = 0.0) -> tuple:
+                 synth_scenes: float = 0.0, balance_counts: bool = False) -> tuple:
     """One scene of 1..max_items shapes as chat messages (the image on the first user turn) and its PNG bytes:
     `n_questions` questions, after a caption in `caption_rate` of conversations. Mostly without: once the
     caption is in the context, every later answer can be copied from its words instead of read off the image.
     `with_items` adds the scene's items as a third element. `weights` ({kind: weight}, 1 where absent) draws the
     kinds unevenly, to spend a continued pre-training on the kinds its probe says are weakest. `synth_scenes` is the
     share of scenes drawn as a synthetic question's scene (`data_prep.synth`: up to 8 shapes, 1 to 3 of a kind or a
-    colour), the scenes a critic's steps are about; only the scene, never a chain, step or label."""
+    colour), the scenes a critic's steps are about; only the scene, never a chain, step or label. `balance_counts`
+    asks the count and total questions about a subject drawn by answer (`_by_answer`), so that every count the
+    scene holds is asked as often."""
     from stepcritic.data_prep.prompts import assistant_turn, user_turn, user_with_image
 
     if synth_scenes and rng.random() < synth_scenes:  # without it no draw: the default stream stays as it was
@@ -194,7 +226,8 @@ def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96,
     questions, mix = 0, [weights.get(k, 1.0) for k in KINDS] if weights else None
     while questions < n_questions:
         # without weights, rng.choice: the draws (and so a base's data) stay as they were before weights existed
-        ask = rng.choices(QUESTIONS, weights=mix)[0] if mix else rng.choice(QUESTIONS)
+        kinds = BALANCED if balance_counts else QUESTIONS
+        ask = rng.choices(kinds, weights=mix)[0] if mix else rng.choice(kinds)
         asked = ask(rng, items)
         if asked:
             messages += [user_turn(asked[0]) if messages else user_with_image(asked[0]), assistant_turn(asked[1])]
