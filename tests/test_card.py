@@ -54,3 +54,35 @@ def test_a_single_run_keeps_its_plain_card(tmp_path):
                            runs=card.stages(tmp_path / "only")).read_text()
     assert "--out RUN --steps 1200" in text and "--init-from" not in text and "--from RUN`" in text
     assert "then 1200 of vision-language pre-training" in text and "lr 0.0005" in text and "2.00 h" in text
+
+
+def test_a_run_continuing_an_installed_base_is_carded_after_its_runs(tmp_path):
+    # base_pretrain --init-from stepcritic/train/tiny/base_smollm2: the installed base's record lists the runs that
+    # made it; the new card gives all of them, in order, the new one continuing RUN<n>/model
+    import torch
+    from safetensors.torch import save_file
+
+    installed = tmp_path / "base_smollm2"
+    installed.mkdir()
+    older = [{"settings": {"steps": s, "batch_size": 8, "vision_steps": 400, "seed": 0, "threads": 1,
+                           "learning_rate": lr, "lm": "smollm2", "lora_rank": 16, "bf16": True,
+                           "init_from": init}, "steps": s, "seconds": 3600.0}
+             for s, lr, init in ((1200, 5e-4, None), (900, 3e-4, "RUN1/checkpoint.pt"))]
+    (installed / "stepcritic_base.json").write_text(json.dumps({"runs": older}))
+    (installed / "adapter_config.json").write_text("{}")
+    record = _run(tmp_path / "third", 400, 1800.0, 2e-4, init_from=str(installed), weights="count_colour=4",
+                  probe_at=(100, 400))
+    record["settings"].update(synth_scenes=0.7, balance_counts=True)
+    (tmp_path / "third" / "pretraining.json").write_text(json.dumps(record))
+    runs = card.stages(tmp_path / "third")
+    assert [r["steps"] for r in runs] == [1200, 900, 400]
+    assert runs[2]["settings"]["init_from"] == "RUN2/model" and str(tmp_path) not in json.dumps(runs)
+
+    folder = tmp_path / "shipped"
+    folder.mkdir()
+    save_file({"w": torch.zeros(3, 2)}, str(folder / "adapter_model.safetensors"))
+    text = card.write_card(folder, record, {"fingerprint": "f", "hardware": "x86_64 CPU"},
+                           weights="adapter_model.safetensors", runs=runs).read_text()
+    assert "--out RUN3 --steps 400" in text and "--init-from RUN2/model" in text
+    assert "--synth-scenes 0.7 --balance-counts" in text and "1200 + 900 + 400 steps" in text
+    assert "| 2500 |" in text and "Run 1, 2: no curve" in text  # the third run's curve after the first two's steps

