@@ -28,13 +28,17 @@ ADAPTER = "adapter_model.safetensors"
 # what the adapter folder names as its base: the scaffold is built per machine, so no path is recorded
 # (`loading.adapter_base` resolves the name)
 SCAFFOLD_NAME = "stepcritic:tiny-smollm2-scaffold"
-# two runs: 1,200 steps on every kind of question, then 900 more weighted towards those the first left weakest
+# three runs: 1,200 steps on every kind of question, 900 more weighted towards those the first left weakest, then
+# 400 on the synthetic chains' scenes (up to 8 shapes) with counts and totals weighted up and drawn by answer
 REBUILD = ("python -m stepcritic.train.tiny.base_pretrain --lm smollm2 --bf16 --out runs/smol-base --steps 1200 "
            "--batch-size 8 --learning-rate 5e-4 --threads 1 && python -m stepcritic.train.tiny.base_pretrain --lm "
            "smollm2 --bf16 --out runs/smol-base2 --init-from runs/smol-base/checkpoint.pt --steps 900 --batch-size 8 "
            "--learning-rate 3e-4 --threads 1 --question-weights relation=4,bigger=4,is_count=3,sum=2,is_at=2,"
-           "count_shape=2,count_colour=2,colour=0.5,exists=0.5 && python -m stepcritic.train.tiny.shipped_smol "
-           "--from runs/smol-base2")
+           "count_shape=2,count_colour=2,colour=0.5,exists=0.5 && python -m stepcritic.train.tiny.base_pretrain --lm "
+           "smollm2 --bf16 --out runs/smol-base3 --init-from runs/smol-base2/model --steps 400 --batch-size 8 "
+           "--learning-rate 2e-4 --threads 1 --synth-scenes 0.7 --balance-counts --question-weights count_colour=4,"
+           "count_shape=2,sum=3,more=2,is_count=2,bigger=1.5 && python -m stepcritic.train.tiny.shipped_smol "
+           "--from runs/smol-base3")
 # the fallback when the shipped base is missing or stale: the scaffold after vision pre-training only
 FALLBACK_VISION_STEPS = 400
 
