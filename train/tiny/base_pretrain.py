@@ -216,8 +216,8 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     `induction_steps` come before both: next-token loss on repeated word lists (`repeated_word_batch`), the
     language model alone, so that it can find a word's earlier copy before it is asked to find a named shape.
     `question_weights` ({kind: weight}) draws the question kinds unevenly, and `synth_scenes` is the share of scenes
-    drawn as the synthetic chains' scenes; `balance_counts` asks every count a scene holds as often
-    (`scene_qa.conversation`).
+    drawn as the synthetic chains' scenes; `balance_counts` draws the subject of a count or total question by
+    its answer, larger counts weighted up (`scene_qa.conversation`).
     """
     import torch
 
@@ -419,8 +419,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         help="share of scenes drawn as synthetic questions' scenes (up to 8 shapes, 1 to 3 of a kind "
                              "or a colour: what a critic's steps are about), never from the demo's held-out seeds")
     parser.add_argument("--balance-counts", action="store_true",
-                        help="ask count and total questions about a subject drawn by answer, so that a scene's 3s are "
-                             "asked as often as its 0s and 1s (drawn blindly they almost never are)")
+                        help="ask count and total questions about a subject drawn by its answer, larger counts "
+                             "weighted up, so that a scene's 3s are asked (drawn blindly they almost never are)")
     parser.add_argument("--init-from", help="start from the weights of a model folder (the shipped base: "
                                             "stepcritic/train/tiny/base), of an adapter folder (--lm smollm2: "
                                             "stepcritic/train/tiny/base_smollm2, or a run's model/) or of another "

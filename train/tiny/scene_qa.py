@@ -135,31 +135,33 @@ def _sum(rng, items):
     return f"How many {PLURALS[a]} and {PLURALS[b]} are there altogether?", str(total)
 
 
-def _by_answer(rng, subjects, answer):
-    """A subject drawn by its answer, each count this scene allows weighted by count + 1. Drawn blindly, "How many red
-    shapes?" is 0 or 1 nearly always and 3 almost never (few scenes hold three of a colour), and a base learns that
-    3 is an answer it need not give; the weights make up for the scenes without a large count."""
+def _by_answer(rng, subjects, answer) -> tuple:
+    """(subject, its answer), the subject drawn by its answer, each count this scene allows weighted by count + 1.
+    Drawn blindly, "How many red shapes?" is 0 or 1 nearly always and 3 almost never (few scenes hold three of a
+    colour), and a base learns that 3 is an answer it need not give; the weights make up for the scenes without a
+    large count."""
     grouped: dict = {}
     for subject in subjects:
         grouped.setdefault(answer(subject), []).append(subject)
     counts = sorted(grouped)
-    return rng.choice(grouped[rng.choices(counts, weights=[n + 1 for n in counts])[0]])
+    count = rng.choices(counts, weights=[n + 1 for n in counts])[0]
+    return rng.choice(grouped[count]), count
 
 
 def _count_shape_balanced(rng, items):
-    shape = _by_answer(rng, SHAPES, lambda s: sum(it.shape == s for it in items))
-    return f"How many {PLURALS[shape]} are there?", str(sum(it.shape == shape for it in items))
+    shape, count = _by_answer(rng, SHAPES, lambda s: sum(it.shape == s for it in items))
+    return f"How many {PLURALS[shape]} are there?", str(count)
 
 
 def _count_colour_balanced(rng, items):
-    colour = _by_answer(rng, COLOUR_NAMES, lambda c: sum(it.colour == c for it in items))
-    return f"How many {colour} shapes are there?", str(sum(it.colour == colour for it in items))
+    colour, count = _by_answer(rng, COLOUR_NAMES, lambda c: sum(it.colour == c for it in items))
+    return f"How many {colour} shapes are there?", str(count)
 
 
 def _sum_balanced(rng, items):
     pairs = [(a, b) for a in SHAPES for b in SHAPES if a != b]
-    a, b = _by_answer(rng, pairs, lambda pair: sum(it.shape in pair for it in items))
-    return f"How many {PLURALS[a]} and {PLURALS[b]} are there altogether?", str(sum(it.shape in (a, b) for it in items))
+    (a, b), total = _by_answer(rng, pairs, lambda pair: sum(it.shape in pair for it in items))
+    return f"How many {PLURALS[a]} and {PLURALS[b]} are there altogether?", str(total)
 
 
 def _more(rng, items):
@@ -210,8 +212,8 @@ def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96,
     kinds unevenly, to spend a continued pre-training on the kinds its probe says are weakest. `synth_scenes` is the
     share of scenes drawn as a synthetic question's scene (`data_prep.synth`: up to 8 shapes, 1 to 3 of a kind or a
     colour), the scenes a critic's steps are about; only the scene, never a chain, step or label. `balance_counts`
-    asks the count and total questions about a subject drawn by answer (`_by_answer`), so that every count the
-    scene holds is asked as often."""
+    asks the count and total questions about a subject drawn by its answer, larger counts weighted up
+    (`_by_answer`), so that a scene's 3s are asked too."""
     from stepcritic.data_prep.prompts import assistant_turn, user_turn, user_with_image
 
     if synth_scenes and rng.random() < synth_scenes:  # without it no draw: the default stream stays as it was
