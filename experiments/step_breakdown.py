@@ -56,11 +56,10 @@ def breakdown(chains, scores: dict) -> tuple[dict, collections.Counter]:
 
 
 def auroc(wrong: list, p: list) -> float | None:
-    if not 0 < sum(wrong) < len(wrong):
-        return None  # one class only
-    from sklearn.metrics import roc_auc_score
+    """The report's step AUROC of a group (None with one class only)."""
+    from stepcritic.eval.metrics import step_auroc
 
-    return float(roc_auc_score(wrong, p))
+    return step_auroc([not w for w in wrong], [1.0 - x for x in p])
 
 
 def tables(groups: dict, premised: collections.Counter) -> list[str]:
