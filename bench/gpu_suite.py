@@ -1,12 +1,14 @@
 """Everything only a GPU can show, as one resumable command (a benchmark, not a test).
 
-    python -m stepcritic.bench.gpu_suite --out DIR [--dry] [--only NAME ...] [--redo] [--time-limit S] [--list]
+    python -m stepcritic.bench.gpu_suite --out DIR [--dry] [--only NAME ...] [--redo] [--time-limit S]
+        [--budget FAMILY=S ...] [--list]
 
 Named units, each with its own time budget (a unit stops early when it runs out, and records so). Each is recorded
 in DIR/gpu_suite.json as it ends; a later call skips the ones recorded ok or skipped (--redo runs them again),
 runs a failed one again (its one-line error is recorded, and the suite goes on) and leaves alone one that a killed
 call left unfinished (--redo --only NAME runs it). So the suite runs as a series of 10-minute commands:
-`--time-limit 570` starts no unit whose budget could overrun the command.
+`--time-limit 570` starts no unit whose budget could overrun the command, and `--budget throughput=120` shortens a
+family's budgets so that more units fit one command (a throughput sweep then stops at a smaller micro-batch).
 
   throughput/<model>/lora    bf16 LoRA training of the real-size shape (random weights from `archs.real_config`,
                              nothing downloaded), the recipe's frozen tower and activation checkpointing, TRL's
@@ -411,7 +413,7 @@ def tiny_gpu_unit(ctx: Context, variant: str) -> dict:
     run_dir = ctx.work / "runs" / f"tiny-gpu-{variant}"
     shutil.rmtree(run_dir, ignore_errors=True)
     # the critic's build (vision pre-training) also comes out of the budget, before the trainer's clock starts
-    minutes = max(0.2, (ctx.left() - 120) / 60)
+    minutes = max(0.2, (ctx.left() - min(120, 0.3 * ctx.left())) / 60)
     recipe = parse_recipe(str(recipe_path), [
         "--dataset_path", data, "--output_dir", str(run_dir), "--max_steps", str(s.tiny_steps),
         "--max_train_minutes", f"{minutes:.2f}", "--tiny_base_pretrain_steps", "0", "--save_strategy", "no",
@@ -547,7 +549,25 @@ def select(patterns: list[str] | None) -> list[str]:
                                     for p in patterns)]
 
 
-def run_suite(out: Path, names: list[str], dry: bool, redo: bool, time_limit: float | None) -> int:
+def parse_budgets(items: list[str] | None) -> dict[str, float]:
+    """`FAMILY=S` items over BUDGETS; ValueError names the item that is not one."""
+    budgets = dict(BUDGETS)
+    for item in items or []:
+        family, _, seconds = item.partition("=")
+        if family not in BUDGETS:
+            raise ValueError(f"--budget {item}: no unit family {family!r}; families: {', '.join(BUDGETS)}")
+        try:
+            budgets[family] = float(seconds)
+        except ValueError:
+            raise ValueError(f"--budget {item}: seconds must be a number, as in {family}=120") from None
+        if budgets[family] <= 0:
+            raise ValueError(f"--budget {item}: seconds must be positive")
+    return budgets
+
+
+def run_suite(out: Path, names: list[str], dry: bool, redo: bool, time_limit: float | None,
+              budgets: dict[str, float] | None = None) -> int:
+    budgets = budgets or BUDGETS
     path = out / "gpu_suite.json"
     state = json.loads(path.read_text()) if path.is_file() else {"suite": "stepcritic.bench.gpu_suite", "dry": dry,
                                                                 "units": {}}
@@ -566,11 +586,11 @@ def run_suite(out: Path, names: list[str], dry: bool, redo: bool, time_limit: fl
         if not redo and (record.get("status") in DONE or record.get("interrupted")):
             print(f"[{index}/{len(names)}] {name}: {record['status']} earlier, not run again (--redo runs it)")
             continue
-        budget = BUDGETS[name.split("/")[0]]
+        budget = budgets[name.split("/")[0]]
         if time_limit is not None and time.monotonic() - start + budget > time_limit:
             pending.append(name)
             continue
-        print(f"[{index}/{len(names)}] {name} (budget {budget} s)", flush=True)
+        print(f"[{index}/{len(names)}] {name} (budget {budget:g} s)", flush=True)
         state["units"][name] = {"status": "running", "started": _now(), "budget_s": budget}
         _save(out, state)
         record = state["units"][name] = run_unit(name, Context(out, dry, budget))
@@ -597,6 +617,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--redo", action="store_true", help="run the selected units again even if recorded")
     parser.add_argument("--time-limit", type=float, metavar="S",
                         help="start no unit whose budget would end past S seconds after the start of this call")
+    parser.add_argument("--budget", nargs="+", metavar="FAMILY=S",
+                        help=f"a unit family's time budget in seconds, per unit (families: {', '.join(BUDGETS)})")
     parser.add_argument("--list", action="store_true", help="print the units and their time budgets")
     return parser
 
@@ -605,11 +627,11 @@ def main(argv=None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        names = select(args.only)
+        names, budgets = select(args.only), parse_budgets(args.budget)
     except ValueError as error:
         parser.exit(2, f"gpu_suite: error: {error}\n")
     if args.list:
-        print("\n".join(f"{name}  {BUDGETS[name.split('/')[0]]} s" for name in names))
+        print("\n".join(f"{name}  {budgets[name.split('/')[0]]:g} s" for name in names))
         return 0
     if not args.out:
         parser.exit(2, "gpu_suite: error: --out DIR is required\n")
@@ -626,7 +648,7 @@ def main(argv=None) -> int:
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        return run_suite(out, names, args.dry, args.redo, args.time_limit)
+        return run_suite(out, names, args.dry, args.redo, args.time_limit, budgets)
     finally:
         signal.signal(signal.SIGTERM, previous)
 

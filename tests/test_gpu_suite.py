@@ -111,6 +111,21 @@ def test_only_names_units_by_name_prefix_or_glob():
         gpu_suite.select(["launch/zero4"])
 
 
+def test_budget_overrides_a_family_and_a_bad_one_is_one_line_exit_2(capsys):
+    assert gpu_suite.parse_budgets(["throughput=120", "tiny-gpu=90.5"]) == dict(
+        gpu_suite.BUDGETS, throughput=120.0, **{"tiny-gpu": 90.5})
+    assert gpu_suite.main(["--list", "--only", "throughput/qwen2.5-vl-3b", "--budget", "throughput=120"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["throughput/qwen2.5-vl-3b/lora  120 s",
+                                                    "throughput/qwen2.5-vl-3b/liger  120 s"]
+    for bad, words in (["thruput=1"], "no unit family 'thruput'"), (["launch=soon"], "must be a number"), (
+            ["launch=0"], "must be positive"):
+        with pytest.raises(SystemExit) as stop:
+            gpu_suite.main(["--list", "--budget", *bad])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err
+
+
 def test_sweep_keeps_the_largest_batch_before_out_of_memory_and_stops_at_the_budget():
     def measure(batch):
         if batch >= 8:
