@@ -67,10 +67,14 @@ def test_left_and_right_padding_pack_alike():
         assert "attention_mask" not in packed and packed["pixel_values"].shape == (2, 3, 4, 4)
 
 
-def test_padding_free_training_step(prm_data):
+def test_padding_free_training_step(prm_data, caplog):
     from stepcritic.train.run import train
 
-    trainer, _, train_data = trainer_for(prm_data, padding_free=True)
+    with caplog.at_level("WARNING", logger="stepcritic.train"):
+        trainer, _, train_data = trainer_for(prm_data, padding_free=True)
+    # without FlashAttention packing is a masked long row, slower than padding: the user is told so
+    assert any("padding_free under attention" in r.message and "flash_attention_2" in r.message
+               for r in caplog.records)
     assert isinstance(trainer.data_collator, packing.PaddingFreeCollator)
     assert trainer.args.padding_free  # the recipe's value is kept (TRL's own refusal of vision data is bypassed)
     batch = trainer.data_collator([dict(train_data[i]) for i in range(4)])
