@@ -17,16 +17,22 @@ import time
 # sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install) and --quick (target < 3 min, used
 # by a test). Both critics start from the shipped pretrained base (stepcritic/train/tiny/base), so the minutes go to
 # turning a base into a critic.
+# `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
+# generator's own, about 0.3); the held-out chains keep the generator's own.
 PLANS = {
-    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 600, "sft_steps": 60, "dpo_steps": 10, "batch": 8},
-    "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4},
+    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 600, "sft_steps": 60, "dpo_steps": 10, "batch": 8,
+             "train_error_rate": None},
+    "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4,
+              "train_error_rate": None},
 }
 # On SmolLM2 (`--base smollm2`, recipes/tiny-smol) a step costs about 20 of the tiny critic's: fewer steps, and still
 # about three hours on 2 CPU cores; its 300 PRM steps and 60 SFT steps are the critics of docs/experiments.md,
 # section 12.
 SMOL_PLANS = {
-    "full": {"n_train": 2000, "n_test": 200, "prm_steps": 300, "sft_steps": 60, "dpo_steps": 10, "batch": 8},
-    "quick": {"n_train": 60, "n_test": 8, "prm_steps": 2, "sft_steps": 2, "dpo_steps": 1, "batch": 2},
+    "full": {"n_train": 2000, "n_test": 200, "prm_steps": 300, "sft_steps": 60, "dpo_steps": 10, "batch": 8,
+             "train_error_rate": None},
+    "quick": {"n_train": 60, "n_test": 8, "prm_steps": 2, "sft_steps": 2, "dpo_steps": 1, "batch": 2,
+              "train_error_rate": None},
 }
 # per base: the recipe folder, how its judges load (SmolLM2's critics score in bfloat16, twice as fast) and the notes
 # its critics write before each verdict (True: the step as the image has it, `--prm-notes`; "check": the questions
@@ -153,12 +159,21 @@ def summary_lines(targets: list[dict]) -> list[str]:
             for t in targets]
 
 
+def synthesise(plan: dict, seed: int, data: str) -> None:
+    """Training chains at the plan's error rate (None: the generator's own), held-out chains always at the
+    generator's own: a critic trained on more wrong steps is still judged on the standard mix."""
+    from stepcritic.data_prep.synth import synthesize_to_disk
+
+    synthesize_to_disk(plan["n_train"], seed, os.path.join(data, "train-chains"), level=plan["level"],
+                       error_rate=plan["train_error_rate"])
+    synthesize_to_disk(plan["n_test"], seed + 1000, os.path.join(data, "test-chains"), level=plan["level"])
+
+
 def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     from stepcritic.data_prep.build import build_dataset
     from stepcritic.data_prep.schema import load_chains
-    from stepcritic.data_prep.synth import synthesize_to_disk
     from stepcritic.eval.runner import DEFAULT_TASKS, build_judge, evaluate
 
     folder, judged, notes = BASES[args.base]
@@ -169,9 +184,7 @@ def main(args: argparse.Namespace) -> int:
     stages = Stages()
     print(f"StepCritic demo ({'quick' if args.quick else 'full'}, level {args.level}): writing to {out}")
 
-    stages.run("synthesise chains", lambda: [
-        synthesize_to_disk(plan["n_train"], args.seed, os.path.join(data, "train-chains"), level=args.level),
-        synthesize_to_disk(plan["n_test"], args.seed + 1000, os.path.join(data, "test-chains"), level=args.level)])
+    stages.run("synthesise chains", synthesise, plan, args.seed, data)
 
     def build_all():
         chains = load_chains(os.path.join(data, "train-chains"))

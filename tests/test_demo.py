@@ -79,3 +79,21 @@ def test_quick_demo_on_smollm2_trains_and_judges_through_the_tiny_smol_recipes(t
     assert json.loads((out / "timings.json").read_text())["plan"]["base"] == "smollm2"
     config = json.loads((out / "models" / "prm" / "merged" / "config.json").read_text())
     assert config["stepcritic_prm_notes"] is True  # the demo's notes: the step as the image has it
+
+
+def test_the_plans_training_error_rate_reaches_the_training_chains_only(tmp_path):
+    # a critic trained on more wrong steps must still be judged on the generator's own mix
+    from stepcritic.data_prep.schema import load_chains
+    from stepcritic.demo import PLANS, SMOL_PLANS, synthesise
+
+    assert all("train_error_rate" in p for plans in (PLANS, SMOL_PLANS) for p in plans.values())
+
+    def wrong_share(folder):
+        steps = [s for chain in load_chains(str(folder), decode_images=False) for s in chain["steps"]]
+        return sum(not s["correct"] for s in steps) / len(steps)
+
+    plan = {"n_train": 150, "n_test": 150, "level": "standard"}
+    synthesise(dict(plan, train_error_rate=0.6), 0, str(tmp_path / "high"))
+    synthesise(dict(plan, train_error_rate=None), 0, str(tmp_path / "own"))
+    assert wrong_share(tmp_path / "high" / "train-chains") > wrong_share(tmp_path / "own" / "train-chains") + 0.15
+    assert wrong_share(tmp_path / "high" / "test-chains") == wrong_share(tmp_path / "own" / "test-chains")
