@@ -505,7 +505,9 @@ def markdown(state: dict) -> str:
         best = next((p for p in r.get("points", []) if p["per_device_batch_size"] == r.get("best_batch")), {})
         largest = r.get("largest_fitting_batch")
         if largest is not None:
-            largest = f"{largest}" + (f" (OOM at {r['oom_at_batch']})" if r.get("oom_at_batch") else "")
+            # a sweep stopped by its time budget found no limit: say so, not "fit" as if the next had not
+            largest = f"{largest}" + (f" (OOM at {r['oom_at_batch']})" if r.get("oom_at_batch") else
+                                      " (larger not tried)" if r.get("stopped") else "")
         mfu = best.get("mfu")
         note = _comment(rec) if rec["status"] != "ok" or r.get("stopped") else r.get("padding_free", "")
         return [parts[1], parts[2], rec["status"], _fmt(largest), _fmt(best.get("per_device_batch_size")),

@@ -142,3 +142,20 @@ def test_sweep_keeps_the_largest_batch_before_out_of_memory_and_stops_at_the_bud
 
     with pytest.raises(RuntimeError, match="micro-batch 8 does not fit"):
         gpu_suite.sweep(measure, (8,), left=lambda: 1e9)
+
+
+def test_markdown_says_when_a_sweep_stopped_before_finding_the_largest_batch():
+    # a sweep cut by its time budget must not read as the memory limit
+    def record(**result):
+        points = [{"per_device_batch_size": b, "samples_per_s": 1.0, "tokens_per_s": 4096.0, "mfu": 0.2,
+                   "peak_memory_gib": 10.0} for b in (1, 2)]
+        return {"status": "ok", "result": dict(points=points, largest_fitting_batch=2, best_batch=2, **result)}
+
+    state = {"dry": False, "device": "1 x GPU", "updated": "now", "software": {}, "units": {
+        "throughput/qwen2.5-vl-3b/lora": record(oom_at_batch=None, stopped="time budget: batch 4 would need 9 s"),
+        "throughput/qwen2.5-vl-7b/lora": record(oom_at_batch=4, stopped=None),
+        "throughput/qwen3-vl-4b/lora": record(oom_at_batch=None, stopped=None)}}
+    text = gpu_suite.markdown(state)
+    assert "| qwen2.5-vl-3b | lora | ok | 2 (larger not tried) |" in text
+    assert "| qwen2.5-vl-7b | lora | ok | 2 (OOM at 4) |" in text
+    assert "| qwen3-vl-4b | lora | ok | 2 |" in text
