@@ -22,7 +22,7 @@ import time
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
 PLANS = {
-    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 1200, "sft_steps": 60, "dpo_steps": 10, "batch": 8,
+    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 1000, "sft_steps": 60, "dpo_steps": 10, "batch": 8,
              "train_error_rate": None},
     "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4,
               "train_error_rate": None},
