@@ -16,8 +16,8 @@ import time
 
 # sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install) and --quick (target < 3 min, used
 # by a test). Both critics start from the shipped pretrained base (stepcritic/train/tiny/base), so the minutes go to
-# turning a base into a critic, most of them to the PRM: 1,000 steps read colours and kinds that 600 did not (held-out
-# step AUROC 0.706 against 0.644; docs/experiments.md, section 6), and keep `make demo` near 12.5 minutes.
+# turning a base into a critic, most of them to the PRM: 1,000 steps read colours and kinds that 600 did not, and
+# leave `make demo` a margin under its 15 minutes (docs/experiments.md, section 6).
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
