@@ -3,7 +3,8 @@
 Trains a fresh tiny model (random language model, vision tower pre-trained as in every tiny build) on one kind of
 scene question (`train/tiny/scene_qa.py`: "Is there a circle in the image?", "What colour is the square?"...) over
 scenes of 2 to 4 shapes, and prints the held-out exact-match accuracy of its answers as it goes. `--scene text`
-gives the scene as its caption in words instead of a picture: the same look-up, with nothing to read off an image.
+gives the scene as its caption in words instead of a picture: the same look-up, with nothing to read off an image;
+`--scene text-all` names all nine cells, the empty ones too, so that the words hold as many places as the picture.
 `--induction-steps N` first trains N steps of next-token prediction on word lists said twice ("red circle top
 blue red circle top blue", `train/tiny/scene_qa.repeated_words`), the classic task on which a transformer learns to
 find an earlier copy of the current word; it shows whether that ability is what the look-up is waiting for.
@@ -18,6 +19,10 @@ find an earlier copy of the current word; it shows whether that ability is what 
 of the word embeddings that name its cell and content (`base_pretrain.alignment_loss`, LLaVA's first stage), so that a
 word's earlier "copy" can be an image token. `--tokens-per-cell 4` (16 px patches) gives each grid cell a 2 x 2 square
 of image tokens, each aligned to one word (where, size, colour, shape), as a caption's tokens are.
+
+`--scene words` is the alignment made perfect: no picture, each image token is exactly the sum of the current word
+embeddings of its cell's words (with `--tokens-per-cell 4`, one word each; a token with no word is a zero vector).
+It asks whether the look-up is slow because of the picture or because of the search among the nine cells.
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser = parser or argparse.ArgumentParser(prog="python -m stepcritic.experiments.lookup_probe",
                                                description=__doc__.splitlines()[0])
     parser.add_argument("--question", default="exists", help="a question kind of scene_qa (exists, colour, where...)")
-    parser.add_argument("--scene", choices=("image", "text", "describe"), default="image",
-                        help="image: the picture; text: its caption in the prompt instead; describe: the picture, and "
-                             "the answer starts by describing it (the caption, then the answer)")
+    parser.add_argument("--scene", choices=("image", "text", "text-all", "describe", "words"), default="image",
+                        help="image: the picture; text: its caption in the prompt instead; text-all: a caption of "
+                             "all nine cells, the empty ones holding nothing; describe: the picture, and "
+                             "the answer starts by describing it (the caption, then the answer); words: the image "
+                             "tokens are the exact word embeddings of what each cell shows")
     parser.add_argument("--steps", type=int, default=800, help="training steps on the question (batch 16)")
     parser.add_argument("--induction-steps", type=int, default=0, help="steps on repeated word lists first")
     parser.add_argument("--align-steps", type=int, default=0,
@@ -73,9 +80,9 @@ def conversations(ask, rng: random.Random, n: int, items: tuple, scene_as: str,
         if scene_as == "describe":  # look first, in words the model writes itself; then answer from them
             answer = f"{caption(scene)} {answer}"
         answer_turn = {"role": "assistant", "content": [{"type": "text", "text": answer}]}
-        if scene_as == "text":  # no image token at all: the chat template of a text-only conversation
-            out.append([{"role": "user", "content": [{"type": "text", "text": f"{caption(scene)} {question}"}]},
-                        answer_turn])
+        if scene_as in ("text", "text-all"):  # no image token at all: the chat template of a text-only conversation
+            said = caption(scene) if scene_as == "text" else every_cell(scene)
+            out.append([{"role": "user", "content": [{"type": "text", "text": f"{said} {question}"}]}, answer_turn])
         else:
             out.append(prepare_multimodal_messages(
                 [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}, answer_turn],
@@ -83,13 +90,32 @@ def conversations(ask, rng: random.Random, n: int, items: tuple, scene_as: str,
     return out
 
 
-def encode(processor, convs: list, scene_as: str) -> dict:
+def every_cell(items: list) -> str:
+    """The caption of all nine cells in reading order, as the picture has them: "top left: nothing. top middle: a
+    big red circle. ..." A look-up in it is a search among nine places, as in the picture."""
+    from stepcritic.data_prep.render import CELL_NAMES, GRID
+
+    shown = {(it.row, it.col): f"a {it.size} {it.colour} {it.shape}" for it in items}
+    return " ".join(f"{CELL_NAMES[r][c]}: {shown.get((r, c), 'nothing')}." for r in range(GRID) for c in range(GRID))
+
+
+def encode(processor, convs: list, scene_as: str, scenes: list | None = None) -> dict:
+    """Tokenised batch with `labels` on the answers; with `--scene words` it keeps the pictures' `words` (each image
+    token's, `cell_words` or `word_per_token`) for `model_inputs`, which embeds them with the current word table."""
     import torch
 
     from stepcritic.train.tiny.base_pretrain import encode as encode_with_image
 
-    if scene_as != "text":
+    if scene_as in ("image", "describe"):
         return encode_with_image(processor, convs)
+    if scene_as == "words":
+        from stepcritic.train.tiny.base_pretrain import cell_words
+
+        batch = encode_with_image(processor, convs)
+        del batch["pixel_values"]  # the picture is replaced by its words
+        image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+        one_per_cell = (batch["input_ids"][0] == image_id).sum() == 9
+        return {**batch, "words": (cell_words if one_per_cell else word_per_token)(processor.tokenizer, scenes)}
     batch = processor.tokenizer.apply_chat_template(convs, tokenize=True, return_dict=True, return_tensors="pt",
                                                     return_assistant_tokens_mask=True, padding=True)
     mask = torch.as_tensor(batch.pop("assistant_masks")).bool()
@@ -133,13 +159,27 @@ def token_alignment_loss(model, pixel_values, words):
     return distance[has].mean()
 
 
+def model_inputs(model, batch: dict) -> dict:
+    """The batch as the model takes it: with `words`, each image token replaced by the sum of the word embeddings it
+    stands for (the table as it is now, so that the picture keeps up with the words as they train)."""
+    if "words" not in batch:
+        return batch
+    words = batch["words"]
+    table = model.get_input_embeddings().weight
+    embeds = table[batch["input_ids"]]
+    tokens = (table[words.clamp(min=0)] * (words != -100)[..., None]).sum(-2)  # (images, image tokens, hidden)
+    slots = (batch["input_ids"] == model.config.image_token_index)[..., None]
+    return {"inputs_embeds": embeds.masked_scatter(slots, tokens.to(embeds.dtype)),
+            "attention_mask": batch["attention_mask"], "labels": batch["labels"]}
+
+
 def exact_match(model, batch: dict) -> float:
     """Share of held-out answers whose every token is the model's first choice (teacher-forced)."""
     import torch
 
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
     model.eval()
     with torch.no_grad():
+        inputs = {k: v for k, v in model_inputs(model, batch).items() if k != "labels"}
         predicted = model(**inputs).logits[:, :-1].argmax(-1)
     model.train()
     gold = batch["labels"][:, 1:]
@@ -165,8 +205,9 @@ def main(args: argparse.Namespace) -> list[dict]:
     out = args.out or tempfile.mkdtemp(prefix="lookup-probe-")
     model, processor = load_critic(build_tiny_critic(os.path.join(out, "init"), vision_pretrain_steps=400,
                                                      patch_size=32 if args.tokens_per_cell == 1 else 16))
-    held_out = encode(processor, conversations(ask, random.Random(999), 128, tuple(args.items), args.scene),
-                      args.scene)
+    shown: list = []
+    held_out = encode(processor, conversations(ask, random.Random(999), 128, tuple(args.items), args.scene, shown),
+                      args.scene, shown)
     archs.freeze_vision_tower(model)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=args.learning_rate, betas=(0.9, 0.98))
@@ -187,8 +228,9 @@ def main(args: argparse.Namespace) -> list[dict]:
             else:
                 loss = token_alignment_loss(model, batch["pixel_values"], word_per_token(processor.tokenizer, scenes))
         else:
-            asked = conversations(ask, rng, 16, tuple(args.items), args.scene)
-            loss = model(**encode(processor, asked, args.scene)).loss
+            shown = []
+            asked = conversations(ask, rng, 16, tuple(args.items), args.scene, shown)
+            loss = model(**model_inputs(model, encode(processor, asked, args.scene, shown))).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)

@@ -47,3 +47,42 @@ def test_four_tokens_per_cell_each_carry_one_idea_of_their_cell():
     assert [words[t, 0].item() for t in (3, 8, 9)] == [word("big"), word("red"), word("circle")]
     assert (words[1:2] == -100).all() and (words[6:8] == -100).all()  # cell 0 is empty: only its name is aligned
     assert words[0, 0].item() == word(CELL_NAMES[0][0].split()[0])
+
+
+def test_a_scene_as_words_hands_each_image_token_the_sum_of_its_cells_word_embeddings(tmp_path):
+    # `--scene words`, the perfectly aligned picture: what the model receives at each image token must be exactly
+    # the current embeddings of the words that name the cell and what is there, and nothing else may change
+    import torch
+
+    from stepcritic.data_prep.render import CELL_NAMES
+    from stepcritic.experiments.lookup_probe import encode, model_inputs
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.model import build_tiny_critic
+
+    model, processor = load_critic(build_tiny_critic(tmp_path / "init"))
+    shown = []
+    convs = conversations(scene_qa._exists, random.Random(5), 3, (1, 2), "words", shown)
+    batch = encode(processor, convs, "words", shown)
+    assert "pixel_values" not in batch and batch["words"].shape[:2] == (3, 9)
+    inputs = model_inputs(model, batch)
+    table = model.get_input_embeddings().weight
+    slots = batch["input_ids"] == model.config.image_token_index
+    assert torch.equal(inputs["inputs_embeds"][~slots], table[batch["input_ids"][~slots]])
+    tokenizer = processor.tokenizer
+    it = shown[0][0]
+    words = [*CELL_NAMES[it.row][it.col].split(), it.size, it.colour, it.shape]
+    expected = sum(table[tokenizer.encode(" " + w, add_special_tokens=False)[0]] for w in words)
+    cell = inputs["inputs_embeds"][0][slots[0]][it.row * 3 + it.col]
+    assert torch.allclose(cell, expected, atol=1e-6)
+
+
+def test_a_caption_of_every_cell_names_all_nine_in_reading_order_and_only_the_shapes_there():
+    from stepcritic.data_prep.render import CELL_NAMES, Item
+    from stepcritic.experiments.lookup_probe import every_cell
+
+    said = every_cell([Item("circle", "red", "big", 1, 2)])
+    parts = said.split(". ")
+    assert len(parts) == 9 and said.count("nothing") == 8
+    assert parts[5].startswith(f"{CELL_NAMES[1][2]}: a big red circle")
+    convs = conversations(scene_qa._exists, random.Random(3), 4, (2, 4), "text-all")
+    assert all(c[0]["content"][0]["text"].count(": ") == 9 for c in convs)
