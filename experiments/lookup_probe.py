@@ -47,6 +47,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--induction-steps", type=int, default=0, help="steps on repeated word lists first")
     parser.add_argument("--align-steps", type=int, default=0,
                         help="then steps that pull image tokens towards the words of their cell (the projector alone)")
+    parser.add_argument("--silent-empty", action="store_true",
+                        help="with --tokens-per-cell 4, align an empty cell's three content tokens to zero instead of "
+                             "leaving them free")
     parser.add_argument("--tokens-per-cell", type=int, choices=(1, 4), default=1,
                         help="image tokens per grid cell: 1 (32 px patches, the tiny default) or 4 (16 px patches), "
                              "each of the four then aligned to one word: where, size, colour, shape")
@@ -147,16 +150,23 @@ def word_per_token(tokenizer, scenes: list):
     return out
 
 
-def token_alignment_loss(model, pixel_values, words):
-    """`base_pretrain.alignment_loss` over the tokens that have words (an empty cell's content tokens have none)."""
+def token_alignment_loss(model, pixel_values, words, silent_empty: bool = False):
+    """`base_pretrain.alignment_loss` over the tokens that have words (an empty cell's content tokens have none), or
+    with `silent_empty` over every token, those without words pulled to zero (in squared norm relative to a worded
+    token's target), so that an empty cell says only where it is, as a caption says nothing of empty cells."""
+    import torch
+
     from stepcritic.train.tiny.vision_pretrain import cell_features
 
     features = cell_features(model, pixel_values, words.shape[0])
     table = model.get_input_embeddings().weight.detach()
     target = (table[words.clamp(min=0)] * (words != -100)[..., None]).sum(-2)
     has = (words != -100).any(-1)
-    distance = ((features - target) ** 2).sum(-1) / (target ** 2).sum(-1).clamp(min=1e-12)
-    return distance[has].mean()
+    scale = (target ** 2).sum(-1)
+    if silent_empty:
+        scale = torch.where(has, scale, scale[has].mean())
+    distance = ((features - target) ** 2).sum(-1) / scale.clamp(min=1e-12)
+    return distance.mean() if silent_empty else distance[has].mean()
 
 
 def model_inputs(model, batch: dict) -> dict:
@@ -226,7 +236,8 @@ def main(args: argparse.Namespace) -> list[dict]:
             if args.tokens_per_cell == 1:
                 loss = alignment_loss(model, batch["pixel_values"], cell_words(processor.tokenizer, scenes))
             else:
-                loss = token_alignment_loss(model, batch["pixel_values"], word_per_token(processor.tokenizer, scenes))
+                loss = token_alignment_loss(model, batch["pixel_values"], word_per_token(processor.tokenizer, scenes),
+                                            args.silent_empty)
         else:
             shown = []
             asked = conversations(ask, rng, 16, tuple(args.items), args.scene, shown)

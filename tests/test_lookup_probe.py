@@ -86,3 +86,28 @@ def test_a_caption_of_every_cell_names_all_nine_in_reading_order_and_only_the_sh
     assert parts[5].startswith(f"{CELL_NAMES[1][2]}: a big red circle")
     convs = conversations(scene_qa._exists, random.Random(3), 4, (2, 4), "text-all")
     assert all(c[0]["content"][0]["text"].count(": ") == 9 for c in convs)
+
+
+def test_silent_empty_alignment_pulls_an_empty_cells_content_tokens_to_zero(monkeypatch):
+    # `--silent-empty`: a token with no word is aligned to nothing at all; without it such a token is left free
+    import torch
+
+    from stepcritic.experiments.lookup_probe import token_alignment_loss
+    from stepcritic.train.tiny import vision_pretrain
+
+    table = torch.nn.Embedding(10, 4)
+    words = torch.tensor([[[1, -100], [2, 3], [-100, -100]]])  # three tokens: one word, two words, none
+    target = torch.stack([table.weight[1], table.weight[2] + table.weight[3], torch.zeros(4)]).detach()
+
+    class Model:
+        def get_input_embeddings(self):
+            return table
+
+    def loss_with(last):
+        monkeypatch.setattr(vision_pretrain, "cell_features", lambda m, p, n: torch.cat([target[:2], last])[None])
+        return (token_alignment_loss(Model(), None, words).item(),
+                token_alignment_loss(Model(), None, words, silent_empty=True).item())
+    free, silent = loss_with(torch.zeros(1, 4))
+    assert free == 0 and silent == 0
+    free, silent = loss_with(torch.ones(1, 4))
+    assert free == 0 and silent > 0
