@@ -47,6 +47,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--induction-steps", type=int, default=0, help="steps on repeated word lists first")
     parser.add_argument("--align-steps", type=int, default=0,
                         help="then steps that pull image tokens towards the words of their cell (the projector alone)")
+    parser.add_argument("--keep-aligned", type=float, default=0.0, metavar="WEIGHT",
+                        help="while training on the question, add the alignment loss times WEIGHT (image scenes)")
     parser.add_argument("--silent-empty", action="store_true",
                         help="with --tokens-per-cell 4, align an empty cell's three content tokens to zero instead of "
                              "leaving them free")
@@ -225,6 +227,11 @@ def main(args: argparse.Namespace) -> list[dict]:
     model.train()
     start, rows = time.perf_counter(), []
     aligned = args.induction_steps + args.align_steps
+
+    def align(pixel_values, scenes):
+        if args.tokens_per_cell == 1:
+            return alignment_loss(model, pixel_values, cell_words(processor.tokenizer, scenes))
+        return token_alignment_loss(model, pixel_values, word_per_token(processor.tokenizer, scenes), args.silent_empty)
     for step in range(aligned + args.steps):
         rng = random.Random(f"lookup-probe/{step}")
         induction = step < args.induction_steps
@@ -233,15 +240,14 @@ def main(args: argparse.Namespace) -> list[dict]:
         elif step < aligned:  # scenes as pictures, whatever --scene says: this stage trains the projector
             scenes = []
             batch = encode(processor, conversations(ask, rng, 16, tuple(args.items), "image", scenes), "image")
-            if args.tokens_per_cell == 1:
-                loss = alignment_loss(model, batch["pixel_values"], cell_words(processor.tokenizer, scenes))
-            else:
-                loss = token_alignment_loss(model, batch["pixel_values"], word_per_token(processor.tokenizer, scenes),
-                                            args.silent_empty)
+            loss = align(batch["pixel_values"], scenes)
         else:
             shown = []
             asked = conversations(ask, rng, 16, tuple(args.items), args.scene, shown)
-            loss = model(**model_inputs(model, encode(processor, asked, args.scene, shown))).loss
+            batch = encode(processor, asked, args.scene, shown)
+            loss = model(**model_inputs(model, batch)).loss
+            if args.keep_aligned and "pixel_values" in batch:  # the words move as they train: keep the picture on them
+                loss = loss + args.keep_aligned * align(batch["pixel_values"], shown)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
