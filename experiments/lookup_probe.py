@@ -115,12 +115,13 @@ def encode(processor, convs: list, scene_as: str, scenes: list | None = None) ->
     if scene_as in ("image", "describe"):
         return encode_with_image(processor, convs)
     if scene_as == "words":
+        from stepcritic.data_prep.render import GRID
         from stepcritic.train.tiny.base_pretrain import cell_words
 
         batch = encode_with_image(processor, convs)
         del batch["pixel_values"]  # the picture is replaced by its words
         image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
-        one_per_cell = (batch["input_ids"][0] == image_id).sum() == 9
+        one_per_cell = (batch["input_ids"][0] == image_id).sum() == GRID * GRID
         return {**batch, "words": (cell_words if one_per_cell else word_per_token)(processor.tokenizer, scenes)}
     batch = processor.tokenizer.apply_chat_template(convs, tokenize=True, return_dict=True, return_tensors="pt",
                                                     return_assistant_tokens_mask=True, padding=True)
@@ -159,11 +160,11 @@ def token_alignment_loss(model, pixel_values, words, silent_empty: bool = False)
     token's target), so that an empty cell says only where it is, as a caption says nothing of empty cells."""
     import torch
 
+    from stepcritic.train.tiny.base_pretrain import summed_words
     from stepcritic.train.tiny.vision_pretrain import cell_features
 
     features = cell_features(model, pixel_values, words.shape[0])
-    table = model.get_input_embeddings().weight.detach()
-    target = (table[words.clamp(min=0)] * (words != -100)[..., None]).sum(-2)
+    target = summed_words(model.get_input_embeddings().weight.detach(), words)
     has = (words != -100).any(-1)
     scale = (target ** 2).sum(-1)
     if silent_empty:
@@ -175,12 +176,13 @@ def token_alignment_loss(model, pixel_values, words, silent_empty: bool = False)
 def model_inputs(model, batch: dict) -> dict:
     """The batch as the model takes it: with `words`, each image token replaced by the sum of the word embeddings it
     stands for (the table as it is now, so that the picture keeps up with the words as they train)."""
+    from stepcritic.train.tiny.base_pretrain import summed_words
+
     if "words" not in batch:
         return batch
-    words = batch["words"]
     table = model.get_input_embeddings().weight
     embeds = table[batch["input_ids"]]
-    tokens = (table[words.clamp(min=0)] * (words != -100)[..., None]).sum(-2)  # (images, image tokens, hidden)
+    tokens = summed_words(table, batch["words"])  # (images, image tokens, hidden)
     slots = (batch["input_ids"] == model.config.image_token_index)[..., None]
     return {"inputs_embeds": embeds.masked_scatter(slots, tokens.to(embeds.dtype)),
             "attention_mask": batch["attention_mask"], "labels": batch["labels"]}

@@ -141,6 +141,11 @@ def cell_words(tokenizer, scenes: list) -> "torch.Tensor":
     return out
 
 
+def summed_words(table, words) -> "torch.Tensor":
+    """Per image token, the sum of the embeddings (`table`) of its word ids (`words`, -100 where there is none)."""
+    return (table[words.clamp(min=0)] * (words != -100)[..., None]).sum(-2)
+
+
 def alignment_loss(model, pixel_values, words) -> "torch.Tensor":
     """LLaVA's first stage, per image token: the token as the projector hands it to the language model should be the
     sum of the word embeddings of what it shows (" top", " left", " big", " red", " circle"), in squared distance
@@ -151,7 +156,7 @@ def alignment_loss(model, pixel_values, words) -> "torch.Tensor":
 
     features = cell_features(model, pixel_values, words.shape[0])  # (images, cells, hidden)
     table = model.get_input_embeddings().weight.detach()
-    target = (table[words.clamp(min=0)] * (words != -100)[..., None]).sum(-2)  # (images, cells, hidden)
+    target = summed_words(table, words)  # (images, cells, hidden)
     return (((features - target) ** 2).sum(-1) / (target ** 2).sum(-1)).mean()
 
 
