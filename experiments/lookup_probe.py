@@ -16,7 +16,7 @@ find an earlier copy of the current word; it shows whether that ability is what 
     python -m stepcritic.experiments.lookup_probe --question exists --steps 1300 --induction-steps 300 --align-steps 200
 
 `--align-steps N` then trains the projector alone for N steps to hand the language model each image token as the sum
-of the word embeddings that name its cell and content (`base_pretrain.alignment_loss`, LLaVA's first stage), so that a
+of the word embeddings that name its cell and content (`alignment.py`, LLaVA's first stage), so that a
 word's earlier "copy" can be an image token. `--tokens-per-cell 4` (16 px patches) gives each grid cell a 2 x 2 square
 of image tokens, each aligned to one word (where, size, colour, shape), as a caption's tokens are.
 
@@ -50,6 +50,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         help="then steps that pull image tokens towards the words of their cell (the projector alone)")
     parser.add_argument("--keep-aligned", type=float, default=0.0, metavar="WEIGHT",
                         help="while training on the question, add the alignment loss times WEIGHT (image scenes)")
+    parser.add_argument("--freeze-words", action="store_true",
+                        help="freeze the word embeddings (and the tied output layer) once the question steps start, so "
+                             "that the image tokens' alignment to them cannot drift")
     parser.add_argument("--silent-empty", action="store_true",
                         help="with --tokens-per-cell 4, align an empty cell's three content tokens to zero instead of "
                              "leaving them free")
@@ -107,7 +110,7 @@ def every_cell(items: list) -> str:
 
 def encode(processor, convs: list, scene_as: str, scenes: list | None = None) -> dict:
     """Tokenised batch with `labels` on the answers; with `--scene words` it keeps the pictures' `words` (each image
-    token's, `cell_words` or `word_per_token`) for `model_inputs`, which embeds them with the current word table."""
+    token's, `alignment.image_words`) for `model_inputs`, which embeds them with the current word table."""
     import torch
 
     from stepcritic.train.tiny.base_pretrain import encode as encode_with_image
@@ -115,68 +118,23 @@ def encode(processor, convs: list, scene_as: str, scenes: list | None = None) ->
     if scene_as in ("image", "describe"):
         return encode_with_image(processor, convs)
     if scene_as == "words":
-        from stepcritic.data_prep.render import GRID
-        from stepcritic.train.tiny.base_pretrain import cell_words
+        from stepcritic.train.tiny.alignment import image_words
 
         batch = encode_with_image(processor, convs)
         del batch["pixel_values"]  # the picture is replaced by its words
         image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
-        one_per_cell = (batch["input_ids"][0] == image_id).sum() == GRID * GRID
-        return {**batch, "words": (cell_words if one_per_cell else word_per_token)(processor.tokenizer, scenes)}
+        per_image = int((batch["input_ids"][0] == image_id).sum())
+        return {**batch, "words": image_words(processor.tokenizer, scenes, per_image)}
     batch = processor.tokenizer.apply_chat_template(convs, tokenize=True, return_dict=True, return_tensors="pt",
                                                     return_assistant_tokens_mask=True, padding=True)
     mask = torch.as_tensor(batch.pop("assistant_masks")).bool()
     return {**batch, "labels": batch["input_ids"].masked_fill(~mask, -100)}
 
 
-def word_per_token(tokenizer, scenes: list):
-    """With four image tokens per cell (a 2 x 2 square), the words each token is aligned to, one idea per token as a
-    caption has one per word: where the cell is (" top", " left"), then what is there: size, colour, shape (-100 where
-    the cell is empty). Shaped (images, tokens, 2), tokens in the tower's row-major patch order."""
-    import torch
-
-    from stepcritic.data_prep.render import CELL_NAMES
-    from stepcritic.train.tiny.base_pretrain import cell_words
-    from stepcritic.train.tiny.vision_pretrain import token_cells
-
-    per_cell = cell_words(tokenizer, scenes)  # (images, cells, 5): the cell's name words, then size, colour, shape
-    names = [[tokenizer.encode(" " + w, add_special_tokens=False)[0] for w in name.split()]
-             for row in CELL_NAMES for name in row]
-    cells = token_cells(4 * per_cell.shape[1])
-    out = torch.full((len(scenes), len(cells), 2), -100, dtype=torch.long)
-    for t, cell in enumerate(cells.tolist()):
-        side = (t // 6 % 2) * 2 + t % 6 % 2  # the token's place in its cell's square: 0 top left ... 3 bottom right
-        if side == 0:
-            out[:, t, :len(names[cell])] = torch.tensor(names[cell])
-        else:
-            n_names = len(names[cell])
-            out[:, t, 0] = per_cell[:, cell, n_names + side - 1]  # size, colour or shape; -100 when empty
-    return out
-
-
-def token_alignment_loss(model, pixel_values, words, silent_empty: bool = False):
-    """`base_pretrain.alignment_loss` over the tokens that have words (an empty cell's content tokens have none), or
-    with `silent_empty` over every token, those without words pulled to zero (in squared norm relative to a worded
-    token's target), so that an empty cell says only where it is, as a caption says nothing of empty cells."""
-    import torch
-
-    from stepcritic.train.tiny.base_pretrain import summed_words
-    from stepcritic.train.tiny.vision_pretrain import cell_features
-
-    features = cell_features(model, pixel_values, words.shape[0])
-    target = summed_words(model.get_input_embeddings().weight.detach(), words)
-    has = (words != -100).any(-1)
-    scale = (target ** 2).sum(-1)
-    if silent_empty:
-        scale = torch.where(has, scale, scale[has].mean())
-    distance = ((features - target) ** 2).sum(-1) / scale.clamp(min=1e-12)
-    return distance.mean() if silent_empty else distance[has].mean()
-
-
 def model_inputs(model, batch: dict) -> dict:
     """The batch as the model takes it: with `words`, each image token replaced by the sum of the word embeddings it
     stands for (the table as it is now, so that the picture keeps up with the words as they train)."""
-    from stepcritic.train.tiny.base_pretrain import summed_words
+    from stepcritic.train.tiny.alignment import summed_words
 
     if "words" not in batch:
         return batch
@@ -209,7 +167,8 @@ def main(args: argparse.Namespace) -> list[dict]:
     from stepcritic.train import archs
     from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny import scene_qa
-    from stepcritic.train.tiny.base_pretrain import alignment_loss, cell_words, repeated_word_batch
+    from stepcritic.train.tiny.alignment import alignment_loss, image_words
+    from stepcritic.train.tiny.base_pretrain import repeated_word_batch
     from stepcritic.train.tiny.model import build_tiny_critic
 
     torch.set_num_threads(args.threads)
@@ -232,9 +191,8 @@ def main(args: argparse.Namespace) -> list[dict]:
     aligned = args.induction_steps + args.align_steps
 
     def align(pixel_values, scenes):
-        if args.tokens_per_cell == 1:
-            return alignment_loss(model, pixel_values, cell_words(processor.tokenizer, scenes))
-        return token_alignment_loss(model, pixel_values, word_per_token(processor.tokenizer, scenes), args.silent_empty)
+        words = image_words(processor.tokenizer, scenes, 9 * args.tokens_per_cell)
+        return alignment_loss(model, pixel_values, words, args.silent_empty)
     for step in range(aligned + args.steps):
         rng = random.Random(f"lookup-probe/{step}")
         induction = step < args.induction_steps
@@ -245,6 +203,8 @@ def main(args: argparse.Namespace) -> list[dict]:
             batch = encode(processor, conversations(ask, rng, 16, tuple(args.items), "image", scenes), "image")
             loss = align(batch["pixel_values"], scenes)
         else:
+            if step == aligned and args.freeze_words:  # AdamW skips a parameter that gets no gradient
+                model.get_input_embeddings().weight.requires_grad_(False)
             shown = []
             asked = conversations(ask, rng, 16, tuple(args.items), args.scene, shown)
             batch = encode(processor, asked, args.scene, shown)

@@ -81,7 +81,7 @@ def test_each_image_token_is_named_by_its_cell_and_its_shape(fresh):
     from transformers import AutoTokenizer
 
     from stepcritic.data_prep.render import Item
-    from stepcritic.train.tiny.base_pretrain import cell_words
+    from stepcritic.train.tiny.alignment import cell_words
 
     tokenizer = AutoTokenizer.from_pretrained(fresh)
     words = cell_words(tokenizer, [[Item("circle", "red", "big", 0, 0)]])
@@ -174,3 +174,26 @@ def test_an_adapter_folder_continues_its_adapters(fresh, tmp_path):
     assert changed and all(torch.equal(want[k], got[k]) for k in changed)
     with pytest.raises(SystemExit, match="continues an --lm smollm2 run only"):
         _load_adapter(load_critic(fresh)[0], str(tmp_path / "adapter"))
+
+
+def test_four_tokens_per_cell_align_one_word_each_and_frozen_words_stay_put(private_tiny_cache):
+    """--patch-size 16 --silent-empty --freeze-words: the batches carry one word per image token (36 per image), the
+    projector-only steps pull those tokens towards their words, and once the questions start the word embeddings
+    (the alignment's targets) no longer move while the rest of the language model does."""
+    import torch
+
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.base_pretrain import SceneConversations, pretrain_base
+    from stepcritic.train.tiny.cache import tiny_critic_path
+
+    model, processor = load_critic(tiny_critic_path(vision_pretrain_steps=2, patch_size=16))
+    batch = SceneConversations(processor, seed=0, image_size=96, words=True).batch(0, batch_size=2, steps=10)
+    assert batch["cell_words"].shape == (2, 36, 2)
+    words_before = model.get_input_embeddings().weight.detach().clone()
+    layer_before = model.model.language_model.layers[0].mlp.up_proj.weight.detach().clone()
+    result = pretrain_base(model, processor, 34, batch_size=4, log_every=1, align_steps=30, align_weight=1.0,
+                           silent_empty=True, freeze_words=True)
+    losses = [h["loss"] for h in result["history"]]
+    assert losses[29] < 0.6 * losses[0], losses[:30]  # the alignment steps align
+    assert torch.equal(model.get_input_embeddings().weight, words_before)
+    assert not torch.equal(model.model.language_model.layers[0].mlp.up_proj.weight, layer_before)

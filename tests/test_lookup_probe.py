@@ -33,7 +33,7 @@ def test_four_tokens_per_cell_each_carry_one_idea_of_their_cell():
     # 16 px patches: a 6 x 6 token grid, each 2 x 2 square one cell; its top-left token is aligned to where the cell
     # is, the other three to the size, colour and shape of what is there (nothing when the cell is empty)
     from stepcritic.data_prep.render import CELL_NAMES, Item
-    from stepcritic.experiments.lookup_probe import word_per_token
+    from stepcritic.train.tiny.alignment import word_per_token
     from stepcritic.train.tiny.vision_pretrain import token_cells
 
     assert token_cells(9).tolist() == list(range(9))
@@ -92,8 +92,8 @@ def test_silent_empty_alignment_pulls_an_empty_cells_content_tokens_to_zero(monk
     # `--silent-empty`: a token with no word is aligned to nothing at all; without it such a token is left free
     import torch
 
-    from stepcritic.experiments.lookup_probe import token_alignment_loss
     from stepcritic.train.tiny import vision_pretrain
+    from stepcritic.train.tiny.alignment import alignment_loss
 
     table = torch.nn.Embedding(10, 4)
     words = torch.tensor([[[1, -100], [2, 3], [-100, -100]]])  # three tokens: one word, two words, none
@@ -105,8 +105,8 @@ def test_silent_empty_alignment_pulls_an_empty_cells_content_tokens_to_zero(monk
 
     def loss_with(last):
         monkeypatch.setattr(vision_pretrain, "cell_features", lambda m, p, n: torch.cat([target[:2], last])[None])
-        return (token_alignment_loss(Model(), None, words).item(),
-                token_alignment_loss(Model(), None, words, silent_empty=True).item())
+        return (alignment_loss(Model(), None, words).item(),
+                alignment_loss(Model(), None, words, silent_empty=True).item())
     free, silent = loss_with(torch.zeros(1, 4))
     assert free == 0 and silent == 0
     free, silent = loss_with(torch.ones(1, 4))

@@ -32,7 +32,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch loads inside the functions, so that --help stays instant
-    import torch
+    pass
 
 logger = logging.getLogger("stepcritic.train")
 
@@ -100,15 +100,19 @@ class SceneConversations:
         return out
 
     def batch(self, step: int, batch_size: int, steps: int = 0) -> dict:
-        """Batch `step`: the encoded conversations and, when `words`, `cell_words` (images, cells, words), the
-        vocabulary ids of what each image token shows (-100 where none) for the alignment loss. The first
-        `induction_steps` batches are repeated word lists instead (`repeated_word_batch`), no image."""
+        """Batch `step`: the encoded conversations and, when `words`, `cell_words` (images, image tokens, words),
+        the vocabulary ids of what each image token shows (-100 where none) for the alignment loss (`alignment.py`).
+        The first `induction_steps` batches are repeated word lists instead (`repeated_word_batch`), no image."""
         rng, scenes = random.Random(f"stepcritic-base/{self.seed}/{step}"), []
         if step < self.induction_steps:
             return repeated_word_batch(self.processor.tokenizer, rng, 2 * batch_size)
         batch = encode(self.processor, self.conversations(rng, batch_size, max_items_at(step, steps), scenes))
         if self.words:
-            batch["cell_words"] = cell_words(self.processor.tokenizer, scenes)
+            from stepcritic.train.tiny.alignment import image_words
+
+            image_id = self.processor.tokenizer.convert_tokens_to_ids(self.processor.image_token)
+            per_image = int((batch["input_ids"][0] == image_id).sum())
+            batch["cell_words"] = image_words(self.processor.tokenizer, scenes, per_image)
         return batch
 
 
@@ -120,44 +124,6 @@ def repeated_word_batch(tokenizer, rng: random.Random, n: int) -> dict:
                            padding_side="right"))
     batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     return batch
-
-
-def cell_words(tokenizer, scenes: list) -> "torch.Tensor":
-    """Per image and grid cell, the ids of the words that name what is there (" big", " red", " circle") and where
-    (" top", " left"...): the targets that align an image token with the word embeddings of its content."""
-    import torch
-
-    from stepcritic.data_prep.render import CELL_NAMES, GRID
-
-    def word(w: str) -> int:
-        return tokenizer.encode(" " + w, add_special_tokens=False)[0]
-    out = torch.full((len(scenes), GRID * GRID, 5), -100, dtype=torch.long)
-    for b, items in enumerate(scenes):
-        shown = {(it.row, it.col): (it.size, it.colour, it.shape) for it in items}
-        for row in range(GRID):  # every cell says where it is; an occupied one also what is there
-            for col in range(GRID):
-                ids = [word(w) for w in (*CELL_NAMES[row][col].split(), *shown.get((row, col), ()))]
-                out[b, row * GRID + col, :len(ids)] = torch.tensor(ids)
-    return out
-
-
-def summed_words(table, words) -> "torch.Tensor":
-    """Per image token, the sum of the embeddings (`table`) of its word ids (`words`, -100 where there is none)."""
-    return (table[words.clamp(min=0)] * (words != -100)[..., None]).sum(-2)
-
-
-def alignment_loss(model, pixel_values, words) -> "torch.Tensor":
-    """LLaVA's first stage, per image token: the token as the projector hands it to the language model should be the
-    sum of the word embeddings of what it shows (" top", " left", " big", " red", " circle"), in squared distance
-    relative to that sum's. An image token then reads like a caption of its cell, so "the circle" in a question can
-    find the circle's token the way it finds the word in a caption, instead of learning a map between unrelated
-    spaces. The embeddings are the target, not trained by this loss."""
-    from stepcritic.train.tiny.vision_pretrain import cell_features
-
-    features = cell_features(model, pixel_values, words.shape[0])  # (images, cells, hidden)
-    table = model.get_input_embeddings().weight.detach()
-    target = summed_words(table, words)  # (images, cells, hidden)
-    return (((features - target) ** 2).sum(-1) / (target ** 2).sum(-1)).mean()
 
 
 def encode(processor, conversations) -> dict:
@@ -211,13 +177,15 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
                   save_every: int = 250, probe_every: int = 0, exclude: frozenset = frozenset(),
                   align_weight: float = 0.0, align_steps: int = 0, induction_steps: int = 0,
                   question_weights: dict | None = None, synth_scenes: float = 0.0,
-                  balance_counts: bool = False) -> dict:
+                  balance_counts: bool = False, silent_empty: bool = False, freeze_words: bool = False) -> dict:
     """Train `model`'s language model and projector in place (vision tower frozen); returns the steps done, the
     last logged loss, the answer-token accuracy on fresh scenes, and the history of logged losses and probes.
 
     With `checkpoint_dir`, the run saves there every `save_every` steps and resumes from what it finds.
     `max_seconds` stops early (the schedule is not stretched: resuming continues it). `align_weight` adds the
-    alignment loss (`alignment_loss`) to every step; the first `align_steps` steps train the projector on it alone.
+    alignment loss (`alignment.alignment_loss`, with `silent_empty` passed on) to every step; the first `align_steps`
+    steps train the projector on it alone. `freeze_words` then keeps the word embeddings (and the tied output layer)
+    as they are, so that what the image tokens were aligned to cannot drift away from them.
     `induction_steps` come before both: next-token loss on repeated word lists (`repeated_word_batch`), the
     language model alone, so that it can find a word's earlier copy before it is asked to find a named shape.
     `question_weights` ({kind: weight}) draws the question kinds unevenly, and `synth_scenes` is the share of scenes
@@ -227,6 +195,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     import torch
 
     from stepcritic.train import archs
+    from stepcritic.train.tiny.alignment import alignment_loss
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     archs.freeze_vision_tower(model)
@@ -261,13 +230,15 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
         batch = {k: v.to(device) for k, v in batch.items()}
         words = batch.pop("cell_words", None)
+        if freeze_words and step >= induction_steps + align_steps:  # AdamW skips a parameter without a gradient
+            model.get_input_embeddings().weight.requires_grad_(False)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             if induction_steps <= step < induction_steps + align_steps:  # the projector alone: no language model pass
-                loss = alignment_loss(model, batch["pixel_values"], words)
+                loss = alignment_loss(model, batch["pixel_values"], words, silent_empty)
             else:  # a scene's questions, or a repeated word list (no image)
                 loss = model(**batch).loss
                 if align_weight and words is not None:
-                    loss = loss + align_weight * alignment_loss(model, batch["pixel_values"], words)
+                    loss = loss + align_weight * alignment_loss(model, batch["pixel_values"], words, silent_empty)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
@@ -408,6 +379,13 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         help="weight of the image-token alignment loss (LLaVA's first stage) beside the answers'")
     parser.add_argument("--align-steps", type=int, default=0,
                         help="first steps that train the projector on the alignment loss alone")
+    parser.add_argument("--patch-size", type=int, choices=(32, 16), default=32,
+                        help="vision patch in pixels: 32 gives one image token per grid cell, 16 a 2 x 2 square of "
+                             "four, each aligned to one word (where, size, colour, shape; alignment.py)")
+    parser.add_argument("--silent-empty", action="store_true",
+                        help="align the image tokens that show nothing (an empty cell's content tokens) to zero")
+    parser.add_argument("--freeze-words", action="store_true",
+                        help="keep the word embeddings fixed after the alignment steps, so the alignment cannot drift")
     parser.add_argument("--induction-steps", type=int, default=0,
                         help="first steps on word lists said twice (the language model learns to find an earlier copy "
                              "of a word), before any scene")
@@ -469,6 +447,9 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: --question-weights: {e}", file=sys.stderr)
         return 2
+    if args.lm == "smollm2" and args.patch_size != 32:
+        print("error: --patch-size 16 is for the tiny language model (--lm tiny)", file=sys.stderr)
+        return 2
     if not 0.0 <= args.synth_scenes <= 1.0:
         print(f"error: --synth-scenes must be between 0 and 1, got {args.synth_scenes}", file=sys.stderr)
         return 2
@@ -486,7 +467,8 @@ def main(args: argparse.Namespace) -> int:
         if args.lm == "smollm2":
             _smol_init(init + ".tmp", args.seed, args.vision_steps)
         else:
-            build_tiny_critic(init + ".tmp", seed=args.seed, vision_pretrain_steps=args.vision_steps)
+            build_tiny_critic(init + ".tmp", seed=args.seed, vision_pretrain_steps=args.vision_steps,
+                              patch_size=args.patch_size)
         os.replace(init + ".tmp", init)
     model, processor = load_critic(init)
     if args.lm == "smollm2":
@@ -507,7 +489,8 @@ def main(args: argparse.Namespace) -> int:
                            save_every=args.save_every, probe_every=args.probe_every, exclude=excluded_scenes(),
                            align_weight=args.align_weight, align_steps=args.align_steps,
                            induction_steps=args.induction_steps, bf16=args.bf16, question_weights=weights or None,
-                           synth_scenes=args.synth_scenes, balance_counts=args.balance_counts)
+                           synth_scenes=args.synth_scenes, balance_counts=args.balance_counts,
+                           silent_empty=args.silent_empty, freeze_words=args.freeze_words)
     final = os.path.join(args.out, "model")
     model.save_pretrained(final)
     processor.save_pretrained(final)
