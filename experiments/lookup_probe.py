@@ -44,6 +44,10 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                              "all nine cells, the empty ones holding nothing; describe: the picture, and "
                              "the answer starts by describing it (the caption, then the answer); words: the image "
                              "tokens are the exact word embeddings of what each cell shows")
+    parser.add_argument("--echo", action="store_true",
+                        help="the answer first repeats the question's last word, its subject: \"What colour is the "
+                             "circle?\" is answered \"circle red\": the colour is predicted right after the shape "
+                             "to look for (use with --question colour)")
     parser.add_argument("--steps", type=int, default=800, help="training steps on the question (batch 16)")
     parser.add_argument("--induction-steps", type=int, default=0, help="steps on repeated word lists first")
     parser.add_argument("--align-steps", type=int, default=0,
@@ -68,9 +72,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
 
 
 def conversations(ask, rng: random.Random, n: int, items: tuple, scene_as: str,
-                  scenes: list | None = None) -> list:
+                  scenes: list | None = None, echo: bool = False) -> list:
     """`n` single questions of one kind, each with its scene as a picture or as its caption (`--scene`); the scenes'
-    items are appended to `scenes` when given."""
+    items are appended to `scenes` when given. With `echo` each answer starts with the question's last word."""
     from trl.data_utils import prepare_multimodal_messages
 
     from stepcritic.data_prep.images import to_rgb
@@ -84,6 +88,8 @@ def conversations(ask, rng: random.Random, n: int, items: tuple, scene_as: str,
         if not asked:
             continue
         question, answer = asked
+        if echo:
+            answer = f"{question.split()[-1].rstrip('?')} {answer}"
         if scenes is not None:
             scenes.append(scene)
         if scene_as == "describe":  # look first, in words the model writes itself; then answer from them
@@ -180,8 +186,8 @@ def main(args: argparse.Namespace) -> list[dict]:
     model, processor = load_critic(build_tiny_critic(os.path.join(out, "init"), vision_pretrain_steps=400,
                                                      patch_size=32 if args.tokens_per_cell == 1 else 16))
     shown: list = []
-    held_out = encode(processor, conversations(ask, random.Random(999), 128, tuple(args.items), args.scene, shown),
-                      args.scene, shown)
+    held_out = encode(processor, conversations(ask, random.Random(999), 128, tuple(args.items), args.scene, shown,
+                                               args.echo), args.scene, shown)
     archs.freeze_vision_tower(model)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=args.learning_rate, betas=(0.9, 0.98))
@@ -206,7 +212,7 @@ def main(args: argparse.Namespace) -> list[dict]:
             if step == aligned and args.freeze_words:  # AdamW skips a parameter that gets no gradient
                 model.get_input_embeddings().weight.requires_grad_(False)
             shown = []
-            asked = conversations(ask, rng, 16, tuple(args.items), args.scene, shown)
+            asked = conversations(ask, rng, 16, tuple(args.items), args.scene, shown, args.echo)
             batch = encode(processor, asked, args.scene, shown)
             loss = model(**model_inputs(model, batch)).loss
             if args.keep_aligned and "pixel_values" in batch:  # the words move as they train: keep the picture on them

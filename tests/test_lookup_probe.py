@@ -111,3 +111,13 @@ def test_silent_empty_alignment_pulls_an_empty_cells_content_tokens_to_zero(monk
     assert free == 0 and silent == 0
     free, silent = loss_with(torch.ones(1, 4))
     assert free == 0 and silent > 0
+
+
+def test_an_echoed_answer_names_the_questions_shape_then_says_the_same_answer():
+    # `--echo`: the only change is the subject said first, so that the colour is predicted right after its shape
+    plain = conversations(scene_qa._colour, random.Random(4), 6, (2, 4), "text")
+    echoed = conversations(scene_qa._colour, random.Random(4), 6, (2, 4), "text", echo=True)
+    for a, b in zip(plain, echoed):
+        assert a[0] == b[0]
+        shape = a[0]["content"][0]["text"].split()[-1].rstrip("?")
+        assert b[1]["content"][0]["text"] == f"{shape} {a[1]['content'][0]['text']}"
