@@ -68,6 +68,9 @@ def main(argv=None) -> int:
     parser.add_argument("--model", required=True, help="a tiny critic folder (e.g. a cached build with base steps)")
     parser.add_argument("--per-question", type=int, default=48)
     parser.add_argument("--caption", action="store_true", help="ask after the gold caption")
+    parser.add_argument("--say-first", action="store_true",
+                        help="answers first say what they are about and what they read (a base pre-trained with "
+                             "base_pretrain --say-first): \"circle red\", \"circle blue no\"")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPUs with avx512_bf16)")
     parser.add_argument("--scenes", choices=("random", "synth"), default="random",
                         help="random: 1-6 shapes, as in pre-training (default); synth: the synthetic chains' scenes")
@@ -87,7 +90,8 @@ def main(argv=None) -> int:
 
             print(json.dumps(check_probe(model, processor, load_chains(args.checks), args.limit), indent=2))
             return 0
-        print(json.dumps(probe(model, processor, args.per_question, args.caption, scenes=args.scenes), indent=2))
+        print(json.dumps(probe(model, processor, args.per_question, args.caption, scenes=args.scenes,
+                                     say_first=args.say_first), indent=2))
     return 0
 
 

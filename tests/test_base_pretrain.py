@@ -197,3 +197,16 @@ def test_four_tokens_per_cell_align_one_word_each_and_frozen_words_stay_put(priv
     assert losses[29] < 0.6 * losses[0], losses[:30]  # the alignment steps align
     assert torch.equal(model.get_input_embeddings().weight, words_before)
     assert not torch.equal(model.model.language_model.layers[0].mlp.up_proj.weight, layer_before)
+
+
+def test_said_first_batches_supervise_the_reading_as_well_as_the_answer(fresh):
+    # --say-first changes the answers only: the same scenes and questions, longer supervised answers
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.base_pretrain import SceneConversations
+
+    _, processor = load_critic(fresh)
+    plain = SceneConversations(processor, seed=0, image_size=96).batch(5, batch_size=2, steps=10)
+    said = SceneConversations(processor, seed=0, image_size=96, say_first=True).batch(5, batch_size=2, steps=10)
+    assert (said["labels"] != -100).sum() > (plain["labels"] != -100).sum()
+    assert (said["labels"] == -100).sum() - (said["attention_mask"] == 0).sum() == \
+        (plain["labels"] == -100).sum() - (plain["attention_mask"] == 0).sum()  # the prompts are the same length

@@ -120,3 +120,27 @@ def test_balanced_counts_ask_a_scenes_large_counts_more_often():
     assert share[1] > 1.5 * share[0]
     assert {0, 1, 2, 3} <= set(balanced)  # every count is still asked
     assert scene_qa.conversation(random.Random(5)) == scene_qa.conversation(random.Random(5), balance_counts=False)
+
+
+def test_said_first_answers_read_the_scene_then_answer_as_before():
+    # `say_first`: every answer first names what it is about and what the picture shows of it, then gives the same
+    # answer; the same draws, so a scene's questions are the ones it would be asked without
+    items = [Item("circle", "red", "big", 0, 0), Item("square", "blue", "small", 1, 1)]
+    said = {}
+    for seed in range(300):
+        for ask in (*scene_qa.QUESTIONS, *scene_qa.BALANCED):
+            plain, first = ask(random.Random(seed), items), ask(random.Random(seed), items, True)
+            assert (plain is None) == (first is None)
+            if plain:
+                assert first[0] == plain[0] and first[1].endswith(" " + plain[1])
+                said[first[0]] = first[1]
+    assert said["What colour is the circle?"] == "circle red"
+    assert said["Is the circle green?"] == "circle red no"
+    assert said["Is the red circle to the left of the blue square?"] == "red circle top left blue square centre yes"
+    assert said["Is the blue square bigger than the red circle?"] == "blue square small red circle big no"
+    assert said["How many circles and squares are there altogether?"] == "circle 1 square 1 2"
+    assert said["Are there more blue shapes than red shapes?"] == "blue 1 red 1 no"
+    assert said["Is there 1 square?"] == "square 1 yes" and said["What is at the centre?"].startswith("centre a small")
+    messages, _ = scene_qa.conversation(random.Random(3), say_first=True)
+    plain, _ = scene_qa.conversation(random.Random(3))
+    assert [m["role"] for m in messages] == [m["role"] for m in plain] and messages != plain

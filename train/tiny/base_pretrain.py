@@ -75,7 +75,8 @@ class SceneConversations:
 
     def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6, exclude: frozenset = frozenset(),
                  words: bool = False, induction_steps: int = 0, weights: dict | None = None,
-                 synth_scenes: float = 0.0, balance_counts: bool = False):
+                 synth_scenes: float = 0.0, balance_counts: bool = False, say_first: bool = False):
+        self.say_first = say_first
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
         self.exclude, self.words, self.induction_steps, self.weights = exclude, words, induction_steps, weights
         self.synth_scenes, self.balance_counts = synth_scenes, balance_counts
@@ -91,7 +92,7 @@ class SceneConversations:
         while len(out) < n:
             messages, png, items = conversation(rng, self.n_questions, self.image_size, max_items=max_items,
                                                 with_items=True, weights=self.weights, synth_scenes=self.synth_scenes,
-                                                balance_counts=self.balance_counts)
+                                                balance_counts=self.balance_counts, say_first=self.say_first)
             if scene_key(items) in self.exclude:
                 continue
             out.append(prepare_multimodal_messages(messages, images=[to_rgb(png)]))
@@ -177,7 +178,8 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
                   save_every: int = 250, probe_every: int = 0, exclude: frozenset = frozenset(),
                   align_weight: float = 0.0, align_steps: int = 0, induction_steps: int = 0,
                   question_weights: dict | None = None, synth_scenes: float = 0.0,
-                  balance_counts: bool = False, silent_empty: bool = False, freeze_words: bool = False) -> dict:
+                  balance_counts: bool = False, silent_empty: bool = False, freeze_words: bool = False,
+                  say_first: bool = False) -> dict:
     """Train `model`'s language model and projector in place (vision tower frozen); returns the steps done, the
     last logged loss, the answer-token accuracy on fresh scenes, and the history of logged losses and probes.
 
@@ -185,7 +187,8 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     `max_seconds` stops early (the schedule is not stretched: resuming continues it). `align_weight` adds the
     alignment loss (`alignment.alignment_loss`, with `silent_empty` passed on) to every step; the first `align_steps`
     steps train the projector on it alone. `freeze_words` then keeps the word embeddings (and the tied output layer)
-    as they are, so that what the image tokens were aligned to cannot drift away from them.
+    as they are, so that what the image tokens were aligned to cannot drift away from them. `say_first` has every
+    answer say first what it is about and what it reads (`scene_qa._said`), in training and in the probes.
     `induction_steps` come before both: next-token loss on repeated word lists (`repeated_word_batch`), the
     language model alone, so that it can find a word's earlier copy before it is asked to find a named shape.
     `question_weights` ({kind: weight}) draws the question kinds unevenly, and `synth_scenes` is the share of scenes
@@ -225,7 +228,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     model.to(device).train()
     source = SceneConversations(processor, seed, image_size, exclude=exclude, words=bool(align_weight or align_steps),
                                 induction_steps=induction_steps, weights=question_weights, synth_scenes=synth_scenes,
-                                balance_counts=balance_counts)
+                                balance_counts=balance_counts, say_first=say_first)
     start, loss_value, done = time.perf_counter(), float("nan"), first
     for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -253,7 +256,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
                      "seconds": round(spent + elapsed, 1)}
             if probe_every and (done % probe_every == 0 or done == steps):
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    entry["probe"] = probe(model, processor, per_question=16, seed=123)
+                    entry["probe"] = probe(model, processor, per_question=16, seed=123, say_first=say_first)
                 model.train()
             history.append(entry)
             left = elapsed / (done - first) * (steps - done)
@@ -269,7 +272,8 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     save(done)
     model.eval()
     rng = random.Random(f"stepcritic-base-held-out/{seed}")
-    held_out = encode(processor, SceneConversations(processor, seed, image_size).conversations(rng, 64))
+    held_out = encode(processor, SceneConversations(processor, seed, image_size, say_first=say_first)
+                      .conversations(rng, 64))
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         accuracy = answer_accuracy(model, {k: v.to(device) for k, v in held_out.items()})
     model.to("cpu")
@@ -305,10 +309,11 @@ def probe_scene(rng: random.Random, scenes: str = "random") -> list:
 
 
 def probe(model, processor, per_question: int = 48, caption: bool = False, seed: int = 123,
-          scenes: str = "random") -> dict:
+          scenes: str = "random", say_first: bool = False) -> dict:
     """{question kind: accuracy} on `per_question` fresh scenes (`probe_scene`), each question alone with its
     image (or, with `caption`, after the gold caption). An answer counts when every one of its tokens is the
-    model's argmax (teacher-forced)."""
+    model's argmax (teacher-forced); with `say_first`, the answers of a base pre-trained that way, their readings
+    included."""
     from trl.data_utils import prepare_multimodal_messages
 
     from stepcritic.data_prep.images import to_rgb
@@ -324,7 +329,7 @@ def probe(model, processor, per_question: int = 48, caption: bool = False, seed:
         conversations = []
         while len(conversations) < per_question:
             items = probe_scene(rng, scenes)
-            asked = ask(rng, items)
+            asked = ask(rng, items, say_first)
             if not asked:
                 continue
             question, answer = asked
@@ -379,6 +384,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         help="weight of the image-token alignment loss (LLaVA's first stage) beside the answers'")
     parser.add_argument("--align-steps", type=int, default=0,
                         help="first steps that train the projector on the alignment loss alone")
+    parser.add_argument("--say-first", action="store_true",
+                        help="every answer first says what it is about and what it reads off the picture, then "
+                             "answers: \"circle red\", \"circle blue no\" (scene_qa._said)")
     parser.add_argument("--patch-size", type=int, choices=(32, 16), default=32,
                         help="vision patch in pixels: 32 gives one image token per grid cell, 16 a 2 x 2 square of "
                              "four, each aligned to one word (where, size, colour, shape; alignment.py)")
@@ -490,14 +498,14 @@ def main(args: argparse.Namespace) -> int:
                            align_weight=args.align_weight, align_steps=args.align_steps,
                            induction_steps=args.induction_steps, bf16=args.bf16, question_weights=weights or None,
                            synth_scenes=args.synth_scenes, balance_counts=args.balance_counts,
-                           silent_empty=args.silent_empty, freeze_words=args.freeze_words)
+                           silent_empty=args.silent_empty, freeze_words=args.freeze_words, say_first=args.say_first)
     final = os.path.join(args.out, "model")
     model.save_pretrained(final)
     processor.save_pretrained(final)
     record = {"settings": {k: v for k, v in vars(args).items() if not k.startswith("_")}, **result}
     if result["steps"] == args.steps:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            record["probe"] = probe(model, processor, per_question=96, seed=123)
+            record["probe"] = probe(model, processor, per_question=96, seed=123, say_first=args.say_first)
         logger.info("probe (96 fresh scenes per kind): %s", record["probe"])
     with open(os.path.join(args.out, RECORD), "w") as f:
         json.dump(record, f, indent=2)
