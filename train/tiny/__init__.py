@@ -7,6 +7,7 @@
     vision_pretrain.py  seconds of per-cell supervised pre-training for the vision tower
     scene_qa.py         captions and questions about rendered scenes: the base's pre-training conversations
     base_pretrain.py    the base's vision-language pre-training on those conversations (resumable)
+    alignment.py        LLaVA's first stage: image tokens pulled towards the words of what they show
     shipped.py          the shipped base in base/, the check that it still fits the code, installing a new one
     card.py             the shipped base's model card (base/README.md)
     base/               the shipped pretrained base: weights, config, tokenizer, card and fingerprint
