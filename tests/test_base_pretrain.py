@@ -210,3 +210,24 @@ def test_said_first_batches_supervise_the_reading_as_well_as_the_answer(fresh):
     assert (said["labels"] != -100).sum() > (plain["labels"] != -100).sum()
     assert (said["labels"] == -100).sum() - (said["attention_mask"] == 0).sum() == \
         (plain["labels"] == -100).sum() - (plain["attention_mask"] == 0).sum()  # the prompts are the same length
+
+
+def test_a_run_resumed_with_other_settings_records_each_phase_from_its_first_step(tmp_path):
+    # the card of a base resumed with heavier question weights must say which steps saw which weights
+    from stepcritic.train.tiny.base_pretrain import RECORD, phases
+
+    def record(settings, phase_list=None):
+        (tmp_path / RECORD).write_text(json.dumps({"settings": settings, "phases": phase_list}))
+
+    first = {"steps": 16000, "question_weights": "", "threads": 1, "max_minutes": 95}
+    assert phases(str(tmp_path), first, 0) == [{"from_step": 0, "settings": first}]
+    record(first)
+    watched = dict(first, max_minutes=75, threads=2)  # how long and how fast: not a new phase
+    assert phases(str(tmp_path), watched, 9250) == [{"from_step": 0, "settings": watched}]
+    weighted = dict(first, question_weights="relation=3")
+    both = phases(str(tmp_path), weighted, 9250)
+    assert both == [{"from_step": 0, "settings": first}, {"from_step": 9250, "settings": weighted}]
+    record(weighted, both)  # stopped again before its next checkpoint: the weighted phase trained nothing
+    other = dict(first, question_weights="bigger=3")
+    assert phases(str(tmp_path), other, 9250) == [{"from_step": 0, "settings": first},
+                                                  {"from_step": 9250, "settings": other}]

@@ -86,3 +86,28 @@ def test_a_run_continuing_an_installed_base_is_carded_after_its_runs(tmp_path):
     assert "--out RUN3 --steps 400" in text and "--init-from RUN2/model" in text
     assert "--synth-scenes 0.7 --balance-counts" in text and "1200 + 900 + 400 steps" in text
     assert "| 2500 |" in text and "Run 1, 2: no curve" in text  # the third run's curve after the first two's steps
+
+
+def test_a_run_resumed_with_other_weights_is_carded_phase_by_phase_with_its_stages_and_said_first_probe(tmp_path):
+    # base_pretrain resumed in its own folder with heavier question weights: the card gives both commands, the steps
+    # each ran and the weights from the step they began; a --say-first base's probe command says --say-first
+    import torch
+    from safetensors.torch import save_file
+
+    record = _run(tmp_path / "only", 16000, 7200.0, 1e-3, probe_at=(8000, 16000))
+    first = dict(record["settings"], lm="tiny", say_first=True, induction_steps=300, align_steps=200,
+                 align_weight=1.0, patch_size=32, question_weights="")
+    record["settings"] = dict(first, question_weights="relation=3,bigger=3")
+    record["phases"] = [{"from_step": 0, "settings": first}, {"from_step": 9250, "settings": record["settings"]}]
+    (tmp_path / "only" / "pretraining.json").write_text(json.dumps(record))
+    runs = card.stages(tmp_path / "only")
+    folder = tmp_path / "shipped"
+    folder.mkdir()
+    save_file({"w": torch.zeros(3, 2)}, str(folder / "model.safetensors"))
+    text = card.write_card(folder, record, {"fingerprint": "f", "hardware": "x86_64 CPU"}, runs=runs).read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("- command:"))
+    assert line.count("--out RUN --steps 16000") == 2 and "(steps 0-9250), then resumed in the same folder as" in line
+    assert line.index("--question-weights relation=3,bigger=3") > line.index("(steps 0-9250)")
+    assert "--induction-steps 300 --align-steps 200 --align-weight 1.0 --say-first` (steps 9250-16000)" in line
+    assert "run 1 from step 9250: relation=3,bigger=3" in text and "(the first 300 on word lists said twice" in text
+    assert "--per-question 96 --say-first`" in text and str(tmp_path) not in text

@@ -16,7 +16,8 @@ the batches an uninterrupted one would. Scenes grow from at most 2 shapes to 6 o
 curriculum: with one or two shapes, "which shape is the question about" is nearly free, so reading colours,
 sizes and cells is learnt first, then binding). The run checkpoints every `--save-every` steps (model,
 optimiser, schedule, history) and resumes from its folder; `--out` ends up holding a loadable model and
-`pretraining.json` (the settings, the loss and probe history, the final probe table).
+`pretraining.json` (the settings, the loss and probe history, the final probe table). A run resumed with other
+settings records each phase's settings and first step (`phases`).
 """
 
 from __future__ import annotations
@@ -445,6 +446,34 @@ def _load_adapter(model, folder: str) -> None:
         raise SystemExit(f"--init-from {folder}: weights this model has no place for, e.g. {loaded.unexpected_keys[0]}")
 
 
+# settings that change how a run is watched or how fast it goes, not what it learns
+RUNNING = ("out", "max_minutes", "log_every", "probe_every", "save_every", "threads")
+
+
+def phases(out: str, settings: dict, step: int) -> list[dict]:
+    """The settings a run was trained under, each with the step it took over from: a run resumed with other
+    settings (heavier question weights, say) keeps both, so that its card can say which steps saw which. `step` is
+    where the run resumes (its checkpoint's step)."""
+    path = os.path.join(out, RECORD)
+    earlier = None
+    if os.path.isfile(path):
+        with open(path) as f:
+            earlier = json.load(f)
+    kept = (earlier.get("phases") or [{"from_step": 0, "settings": earlier["settings"]}]) if earlier else []
+    kept = [p for p in kept if p["from_step"] < step]  # one that began at or after the checkpoint trained nothing
+    learnt = lambda s: {k: v for k, v in s.items() if k not in RUNNING}  # noqa: E731
+    if kept and learnt(kept[-1]["settings"]) == learnt(settings):
+        return kept[:-1] + [{"from_step": kept[-1]["from_step"], "settings": settings}]
+    return kept + [{"from_step": step, "settings": settings}]
+
+
+def _write_record(out: str, record: dict) -> None:
+    tmp = os.path.join(out, RECORD + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=2)
+    os.replace(tmp, os.path.join(out, RECORD))
+
+
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stdout)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -491,6 +520,12 @@ def main(args: argparse.Namespace) -> int:
         else:
             model.load_state_dict(torch.load(args.init_from, map_location="cpu", weights_only=False)["model"])
         logger.info("starting from the weights of %s", args.init_from)
+    settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    checkpoint = os.path.join(args.out, CHECKPOINT)
+    first = torch.load(checkpoint, map_location="cpu", weights_only=False)["step"] if os.path.isfile(checkpoint) else 0
+    record = {"settings": settings, "phases": phases(args.out, settings, first), "steps": first,
+              "planned_steps": args.steps}
+    _write_record(args.out, record)  # a run killed before its end still says which settings its checkpoint saw
     result = pretrain_base(model, processor, args.steps, seed=args.seed, batch_size=args.batch_size,
                            learning_rate=args.learning_rate, log_every=args.log_every,
                            max_seconds=args.max_minutes * 60 if args.max_minutes else None, checkpoint_dir=args.out,
@@ -502,13 +537,12 @@ def main(args: argparse.Namespace) -> int:
     final = os.path.join(args.out, "model")
     model.save_pretrained(final)
     processor.save_pretrained(final)
-    record = {"settings": {k: v for k, v in vars(args).items() if not k.startswith("_")}, **result}
+    record.update(result)
     if result["steps"] == args.steps:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             record["probe"] = probe(model, processor, per_question=96, seed=123, say_first=args.say_first)
         logger.info("probe (96 fresh scenes per kind): %s", record["probe"])
-    with open(os.path.join(args.out, RECORD), "w") as f:
-        json.dump(record, f, indent=2)
+    _write_record(args.out, record)
     print(f"{'finished' if result['steps'] == args.steps else 'stopped'} at step {result['steps']} of {args.steps}: "
           f"{final}")
     return 0

