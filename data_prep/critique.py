@@ -48,7 +48,10 @@ def step_note(step: dict) -> str | None:
 # the image with the image's answers (`meta.step_checks`, written by the synthetic generator), worded as a
 # pre-trained base's scene questions, so that the note asks the base what it already answers (Chain-of-Verification,
 # Dhuliawala et al. 2023, for one step). A check note's verdict compares answers with the step: plain text.
-NOTE_STYLES = ("rewrite", "check")
+# "check-said": the same questions answered as a base pre-trained with answers said first (`base_pretrain
+# --say-first`) answers them: what it reads off the image, then the answer (`meta.step_checks_said`).
+NOTE_STYLES = ("rewrite", "check", "check-said")
+CHECK_STYLES = ("check", "check-said")  # notes whose verdict is read after them, not from the note itself
 
 
 def note_style(notes) -> str | None:
@@ -66,8 +69,10 @@ def chain_notes(chain: dict, notes=True) -> list[str | None]:
     note for a step no question checks (an irrelevant or repeated one: its reference critique says why); a chain
     without `step_checks` (not synthetic) has no check notes at all."""
     steps = chain["steps"]
-    if note_style(notes) == "check":
-        checks = schema.chain_meta(chain).get("step_checks") or [None] * len(steps)
+    style = note_style(notes)
+    if style in CHECK_STYLES:
+        checks = schema.chain_meta(chain).get("step_checks_said" if style == "check-said" else "step_checks") \
+            or [None] * len(steps)
         if not any(checks):
             return [None] * len(steps)
         return [check or step_note(step) for step, check in zip(steps, checks)]

@@ -186,10 +186,10 @@ def critique_messages(chain: dict, template: str | PromptTemplate | None = None,
     what the image shows about each step, before its verdict)."""
     style = note_style(notes)
     # only when set, so user templates without the variable still work ("check": questions that check each step)
-    variables = {"notes": True if style == "rewrite" else style} if style else {}
+    variables = {"notes": True if style == "rewrite" else _asked(style)} if style else {}
     variables.update(_text_only(chain))
     example = CRITIQUE_FORMAT_EXAMPLE
-    if style == "check":
+    if style in critique.CHECK_STYLES:
         example = CRITIQUE_CHECK_NOTES_FORMAT_EXAMPLE
     elif style:
         example = CRITIQUE_NOTES_TEXT_FORMAT_EXAMPLE if schema.is_text_only(chain) else CRITIQUE_NOTES_FORMAT_EXAMPLE
@@ -280,7 +280,7 @@ def _prm_conversation(chain: dict, judgements: list[str], template, notes: bool 
     messages = []
     for number, (step, judgement) in enumerate(zip(steps, judgements), 1):
         text = tpl.render(question=chain["question"], step_number=number, step=step, n_steps=len(steps),
-                          positive=PRM_POSITIVE, negative=PRM_NEGATIVE, notes=notes, **_text_only(chain))
+                          positive=PRM_POSITIVE, negative=PRM_NEGATIVE, notes=_asked(notes), **_text_only(chain))
         messages.append(_shown(chain, text) if number == 1 else user_turn(text))
         messages.append(assistant_turn(judgement))
     return messages
@@ -291,6 +291,12 @@ prm_note = critique.step_note
 prm_notes_of = critique.chain_notes
 PRM_NOTE_STYLES = critique.NOTE_STYLES
 note_style = critique.note_style
+
+
+def _asked(notes):
+    """The note style a prompt asks for: check notes are asked for alike, however their answers are worded (the
+    model's own way of answering decides that), so a critic trained on "check-said" notes is scored as "check"."""
+    return "check" if notes in critique.CHECK_STYLES else notes
 
 
 def prm_turn(judgement: str, note: str | None = None) -> str:
@@ -309,7 +315,7 @@ def prm_messages(chain: dict, template: str | PromptTemplate | None = None, note
             raise schema.SchemaError("step has no correctness label", where, f"{field}.correct")
         verdict = PRM_POSITIVE if step["correct"] else PRM_NEGATIVE
         if notes and note is None:
-            if note_style(notes) == "check":
+            if note_style(notes) in critique.CHECK_STYLES:
                 raise schema.SchemaError("a check note needs the step's questions (synthetic chains have them)",
                                          where, "meta.step_checks")
             raise schema.SchemaError("an incorrect step needs a correction or an explanation for its note", where,

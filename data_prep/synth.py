@@ -116,17 +116,34 @@ class Claim:
     contradict: Callable[[Any], Any] | None = None  # "both": turn the conclusion round (intra error)
     explain_logic: Callable[[Any, Any], list[str]] | None = None
     fault_rate: float | None = None             # overrides OWN_FAULT_RATES[template] for this claim
-    check: Callable[[Any], str] | None = None   # said -> the questions that check it against the image, answered
+    check: Callable[[Any], tuple] | None = None  # said -> the questions that check it against the image (`Asked`)
 
     def own_fault_rate(self) -> float:
         return OWN_FAULT_RATES[self.template] if self.fault_rate is None else self.fault_rate
 
 
-def _qa(question: str, answer) -> str:
-    """One verification question with the image's answer, worded as the scene questions a base is pre-trained on
-    (`train/tiny/scene_qa.py`): "What colour is the cross? blue." A step's check (`meta.step_checks`,
-    `data build --prm-notes check`) is one or more of these, whose answers the step must agree with."""
-    return f"{question} {answer}."
+@dataclass(frozen=True)
+class Asked:
+    """One verification question, the image's answer and what a base reads off the image to answer it, as the
+    scene questions a base is pre-trained on (`train/tiny/scene_qa.py`, whose readings these match). A step's check
+    (`meta.step_checks`, `data build --prm-notes check`) is one or more of these, whose answers the step must agree
+    with."""
+
+    question: str
+    answer: str
+    reading: str
+
+
+def _qa(question: str, answer, reading: str) -> tuple[Asked]:
+    return (Asked(question, str(answer), reading),)
+
+
+def worded(check: tuple[Asked, ...] | None, say_first: bool = False) -> str | None:
+    """A check as a note: "What colour is the cross? blue."; `say_first`, in the form of a base pre-trained with
+    answers said first (`base_pretrain --say-first`): "What colour is the cross? cross blue."."""
+    if not check:
+        return None
+    return " ".join(f"{a.question} {a.reading + ' ' if say_first else ''}{a.answer}." for a in check)
 
 
 def _yes(ok: bool) -> str:
@@ -161,7 +178,7 @@ def colour_claim(item: Item) -> Claim:
     shape = item.shape  # only used for shapes that occur once in the scene
     return Claim("colour", "description", item.colour, say=lambda v: f"The {shape} is {v}.",
                  corrupt=lambda v, rng: _other(rng, COLOUR_NAMES, v), error="attribute", subject=f"the {shape}",
-                 check=lambda v: _qa(f"What colour is the {shape}?", item.colour),
+                 check=lambda v: _qa(f"What colour is the {shape}?", item.colour, shape),
                  explain=lambda said, true: [f"The {shape} is {true}, not {said}.",
                                              f"In the image the {shape} is coloured {true}.",
                                              f"The step gets the colour wrong: the {shape} is {true}."])
@@ -170,7 +187,7 @@ def colour_claim(item: Item) -> Claim:
 def position_claim(item: Item, ref: str) -> Claim:
     return Claim("position", "description", item.cell, say=lambda v: f"The {ref} is at the {v}.",
                  corrupt=lambda v, rng: _other(rng, ALL_CELLS, v), error="spatial", subject=f"the {ref}",
-                 check=lambda v: _qa(f"Where is the {ref}?", f"at the {item.cell}"),
+                 check=lambda v: _qa(f"Where is the {ref}?", f"at the {item.cell}", ref),
                  explain=lambda said, true: [f"The {ref} is at the {true}, not at the {said}.",
                                              f"In the image the {ref} sits in the {true} cell.",
                                              f"The {ref} is not at the {said} but at the {true}."])
@@ -181,7 +198,7 @@ def count_claim(noun: str, plural: str, n: int, avoid: int | None = None, templa
     options = [c for c in COUNTS if c != avoid]
     return Claim(template, "description", n, say=lambda v: _there_are(v, noun, plural) + ".",
                  corrupt=lambda v, rng: _other(rng, options, v), error="attribute", subject=f"the {plural}",
-                 check=lambda v: _qa(f"How many {plural} are there?", n),
+                 check=lambda v: _qa(f"How many {plural} are there?", n, noun.removesuffix(" shape")),
                  explain=lambda said, true: [f"{_there_are(true, noun, plural)} in the image, not {said}.",
                                              f"Counting the {plural} in the image gives {true}, not {said}.",
                                              f"The step miscounts the {plural}: there are exactly {true}."])
@@ -200,7 +217,7 @@ def count_pair_claim(shapes: tuple[str, str], a: int, b: int) -> Claim:
     return Claim("count_pair", "description", (a, b),
                  say=lambda v: f"{_there_are(v[0], s1, p1)} and {_amount(v[1], s2, p2)}.", corrupt=corrupt,
                  error="attribute", subject=f"the {p1} and {p2}",
-                 check=lambda v: f"{_qa(f'How many {p1} are there?', a)} {_qa(f'How many {p2} are there?', b)}",
+                 check=lambda v: _qa(f"How many {p1} are there?", a, s1) + _qa(f"How many {p2} are there?", b, s2),
                  explain=lambda said, true: [f"The image has {seen(true)}, not {said[0]} and {said[1]}.",
                                              f"Counting again gives {true[0]} {p1} and {true[1]} {p2}.",
                                              f"The step miscounts: there are {seen(true)}."])
@@ -220,8 +237,8 @@ def kinds_claim(items: list[Item]) -> Claim:
                 f"The step mentions a {ghost}, which does not appear in the image."]
     return Claim("kinds", "description", present, say=lambda v: f"The image contains {_kinds_text(v)}.",
                  corrupt=swap_one, error="entity", subject="the kinds of shapes",
-                 check=lambda said: " ".join(_qa(f"Is there a {s} in the image?", _yes(s in present))
-                                             for s in SHAPES if s in said),
+                 check=lambda said: sum((_qa(f"Is there a {s} in the image?", _yes(s in present), s)
+                                         for s in SHAPES if s in said), ()),
                  explain=explain)
 
 
@@ -231,8 +248,8 @@ def relation_claim(a: Item, b: Item, axis: str) -> Claim:
     return Claim("relation", "description", words[0] if ahead else words[1],
                  say=lambda v: f"The {a.name} is {v} the {b.name}.",
                  corrupt=lambda v, rng: _other(rng, words, v), error="spatial", subject=f"the {a.name}",
-                 check=lambda v: _qa(f"Is the {a.name} {v} the {b.name}?",
-                                     _yes(v == (words[0] if ahead else words[1]))),
+                 check=lambda v: _qa(f"Is the {a.name} {v} the {b.name}?", _yes(v == (words[0] if ahead else words[1])),
+                                     f"{a.name} {a.cell} {b.name} {b.cell}"),
                  explain=lambda said, true: [f"The {a.name} is {true} the {b.name}, not {said} it.",
                                              f"In the image the {a.name} is {true} the {b.name}.",
                                              f"The step reverses the relation: the {a.name} is {true} the {b.name}."])
@@ -243,7 +260,8 @@ def bigger_claim(a: Item, b: Item) -> Claim:
     return Claim("bigger", "description", (big.name, small.name),
                  say=lambda v: f"The {v[0]} is bigger than the {v[1]}.",
                  corrupt=lambda v, rng: _swap(v), error="non_spatial", subject=f"the {a.name}",
-                 check=lambda v: _qa(f"Is the {v[0]} bigger than the {v[1]}?", _yes(v == (big.name, small.name))),
+                 check=lambda v: _qa(f"Is the {v[0]} bigger than the {v[1]}?", _yes(v == (big.name, small.name)),
+                                     " ".join(f"{n} {'big' if n == big.name else 'small'}" for n in v)),
                  explain=lambda said, true: [f"The {true[0]} is bigger than the {true[1]}, not the other way round.",
                                              f"In the image the {true[1]} is the smaller of the two.",
                                              f"The step swaps the sizes: the {true[0]} is the bigger one."])
@@ -255,10 +273,15 @@ def total_claim(premise: int, shapes: tuple[str, str], a: int, b: int) -> Claim:
                  say=lambda v: f"Together that makes {v}.",
                  corrupt=lambda v, rng: _other(rng, TOTAL_WEIGHTS, v, TOTAL_WEIGHTS),
                  check=lambda v: _qa(f"How many {PLURALS[shapes[0]]} and {PLURALS[shapes[1]]} are there altogether?",
-                                     a + b),
+                                     a + b, f"{shapes[0]} {a} {shapes[1]} {b}"),
                  explain=lambda said, true: [f"The image has {seen}, which make {true}, not {said}.",
                                              f"{a} plus {b} is {true}, so the total of {said} is wrong.",
                                              f"The total should be {true}: there are {seen}."])
+
+
+def _counts_read(colours: tuple[str, str], counts: dict) -> str:
+    """What a comparison reads first: "red 2 blue 1", in the order the question names the colours."""
+    return " ".join(f"{c} {counts[c]}" for c in colours)
 
 
 def _majority(c1: str, c2: str):
@@ -270,7 +293,7 @@ def more_claim(premises: tuple[int, int], c1: str, c2: str, a: int, b: int) -> C
                  say=lambda v: f"So there are more {v[0]} shapes than {v[1]} shapes.",
                  corrupt=lambda v, rng: _swap(v),
                  check=lambda v: _qa(f"Are there more {v[0]} shapes than {v[1]} shapes?",
-                                     _yes(v == _majority(c1, c2)(a, b))),
+                                     _yes(v == _majority(c1, c2)(a, b)), _counts_read(v, {c1: a, c2: b})),
                  explain=lambda said, true: [f"There are more {true[0]} shapes than {true[1]} shapes, not the reverse.",
                                              f"With {a} {c1} and {b} {c2} shapes, the {true[0]} shapes are more.",
                                              f"The comparison is turned round: the {true[1]} shapes are fewer."])
@@ -288,10 +311,10 @@ def counted_comparison_claim(c1: str, c2: str, a: int, b: int) -> Claim:
     return Claim("counted_comparison", "both", (a, b), say=say, follow=lambda d: majority(*d),
                  corrupt=lambda d, rng: (spare, d[1]) if rng.random() < 0.5 else (d[0], spare),
                  contradict=_swap, error="attribute", subject=f"the {c1} and {c2} shapes",
-                 check=lambda said: " ".join([_qa(f"How many {c1} shapes are there?", a),
-                                              _qa(f"How many {c2} shapes are there?", b),
-                                              _qa(f"Are there more {said[1][0]} shapes than {said[1][1]} shapes?",
-                                                  _yes(said[1] == majority(a, b)))]),
+                 check=lambda said: (_qa(f"How many {c1} shapes are there?", a, c1)
+                                     + _qa(f"How many {c2} shapes are there?", b, c2)
+                                     + _qa(f"Are there more {said[1][0]} shapes than {said[1][1]} shapes?",
+                                           _yes(said[1] == majority(a, b)), _counts_read(said[1], {c1: a, c2: b}))),
                  explain=lambda said, true: [
                      f"The image has {true[0]} {c1} and {true[1]} {c2} shapes, not {said[0]} and {said[1]}.",
                      f"The counts are wrong: there are {true[0]} {c1} shapes and {true[1]} {c2} shapes.",
@@ -325,6 +348,7 @@ class Question:
     reference: str
     plan: Callable[[random.Random], list[Claim]]
     involved: list[Item]
+    reading: str = ""  # what a base reads off the image to answer it (`Asked.reading`)
 
     @property
     def bystanders(self) -> list[Item]:
@@ -362,7 +386,7 @@ def _colour_question(rng, level: Level = LEVELS['standard']) -> Question:
         context = [position_claim(target, target.shape)] if rng.random() < 0.5 else []
         return _with_answer("colour", context + [colour_claim(target)], target.colour, str, COLOUR_NAMES)
     return Question("colour", "perception", f"What colour is the {target.shape}?", items, target.colour, plan,
-                    [target])
+                    [target], target.shape)
 
 
 def _count_question(rng, level: Level = LEVELS['standard']) -> Question:
@@ -375,7 +399,7 @@ def _count_question(rng, level: Level = LEVELS['standard']) -> Question:
         count = count_claim(shape, PLURALS[shape], k)
         return _with_answer("count", context + [count], str(k), str, [str(c) for c in COUNTS])
     return Question("count", "perception", f"How many {PLURALS[shape]} are there?", items, str(k), plan,
-                    [it for it in items if it.shape == shape])
+                    [it for it in items if it.shape == shape], shape)
 
 
 def _sum_question(rng, level: Level = LEVELS['standard']) -> Question:
@@ -390,7 +414,7 @@ def _sum_question(rng, level: Level = LEVELS['standard']) -> Question:
                             {str(t): w for t, w in TOTAL_WEIGHTS.items()})
     text = f"How many {PLURALS[s1]} and {PLURALS[s2]} are there altogether?"
     return Question("sum", "reasoning", text, items, str(a + b), plan,
-                    [it for it in items if it.shape in (s1, s2)])
+                    [it for it in items if it.shape in (s1, s2)], f"{s1} {a} {s2} {b}")
 
 
 def _compare_question(rng, level: Level = LEVELS['standard']) -> Question:
@@ -413,7 +437,7 @@ def _compare_question(rng, level: Level = LEVELS['standard']) -> Question:
                   more_claim((0, 1), c1, c2, a, b)]
         return _with_answer("compare", claims, reference, answer, ("yes", "no"))
     return Question("compare", "reasoning", f"Are there more {c1} shapes than {c2} shapes?", items, reference, plan,
-                    [it for it in items if it.colour in (c1, c2)])
+                    [it for it in items if it.colour in (c1, c2)], f"{c1} {a} {c2} {b}")
 
 
 def _existence_question(rng, level: Level = LEVELS['standard']) -> Question:
@@ -432,7 +456,7 @@ def _existence_question(rng, level: Level = LEVELS['standard']) -> Question:
         return _with_answer("existence", [kinds_claim(items)], reference,
                             lambda kinds: "yes" if shape in kinds else "no", ("yes", "no"))
     return Question("existence", "perception", f"Is there a {shape} in the image?", items, reference, plan,
-                    [it for it in items if it.shape == shape])
+                    [it for it in items if it.shape == shape], shape)
 
 
 def _relation_question(rng, level: Level = LEVELS['standard']) -> Question:
@@ -449,7 +473,7 @@ def _relation_question(rng, level: Level = LEVELS['standard']) -> Question:
         return _with_answer("relation", context + [relation_claim(a, b, axis)], reference,
                             lambda word: "yes" if word == asked else "no", ("yes", "no"))
     return Question("relation", "perception", f"Is the {a.name} {asked} the {b.name}?", items, reference, plan,
-                    [a, b])
+                    [a, b], f"{a.name} {a.cell} {b.name} {b.cell}")
 
 
 def _size_question(rng, level: Level = LEVELS['standard']) -> Question:
@@ -463,7 +487,7 @@ def _size_question(rng, level: Level = LEVELS['standard']) -> Question:
         return _with_answer("size", context + [bigger_claim(a, b)], reference,
                             lambda order: "yes" if order[0] == a.name else "no", ("yes", "no"))
     return Question("size", "perception", f"Is the {a.name} bigger than the {b.name}?", items, reference, plan,
-                    [a, b])
+                    [a, b], f"{a.name} {a.size} {b.name} {b.size}")
 
 
 QUESTIONS = {"colour": _colour_question, "count": _count_question, "existence": _existence_question,
@@ -502,7 +526,7 @@ class Note:
 
     template: str
     fault: str | None = None
-    check: str | None = None    # the step's verification questions, answered from the image (`Claim.check`)
+    check: tuple | None = None  # the step's verification questions, answered from the image (`Claim.check`)
 
 
 def _description_correctness(said, truth) -> str:
@@ -638,7 +662,7 @@ def _chain_steps(question: Question, rng, scale: float) -> tuple[list[dict], lis
         wrong_before = {j for j, s in enumerate(steps) if not s["correct"]}
         step, note, value = _realise_claim(claim, said, wrong_before, faults.get(i), rng)
         if claim.template == "answer":  # an answer is checked by asking the question itself
-            note.check = _qa(question.text, question.reference)
+            note.check = _qa(question.text, question.reference, question.reading)
         steps.append(step)
         notes.append(note)
         said.append(value)
@@ -677,7 +701,9 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
         "step_faults": [n.fault for n in notes],
         # per step, questions that check it against the image with the image's answers; None for an inserted
         # step (irrelevant, repeated), which no question about the image checks
-        "step_checks": [n.check for n in notes],
+        "step_checks": [worded(n.check) for n in notes],
+        # the same, answered as a base pre-trained with --say-first answers: what it reads, then the answer
+        "step_checks_said": [worded(n.check, say_first=True) for n in notes],
         "independent_after_error": any(not w for w in wrong[first_wrong + 1:]),
         "error_propagated": any(n.fault == "propagated" for n in notes),
         "clues": _reference_clues(question.text, steps),

@@ -60,6 +60,40 @@ def test_checks_are_worded_as_the_bases_scene_questions():
                                                                         if not q.startswith(starts)]
 
 
+def test_said_checks_answer_as_the_said_first_base_was_pre_trained_to():
+    # `--prm-notes check-said` notes ask a --say-first base what it answers, so each reading and answer must be the
+    # one its pre-training gives for the same question about the same scene (the oracle: scene_qa itself)
+    import random
+
+    from stepcritic.data_prep.render import Item
+    from stepcritic.train.tiny import scene_qa
+
+    matched = 0
+    for c in synthesize(120, seed=3):
+        meta = schema.chain_meta(c)
+        items = [Item(**{k: v for k, v in it.items() if k != "cell"}) for it in meta["scene"]]
+        rng, taught = random.Random(0), {}
+        for _ in range(60):
+            for ask in scene_qa.QUESTIONS:
+                qa = ask(rng, items, say_first=True)
+                if qa:
+                    taught[qa[0]] = qa[1]
+        for plain, said in zip(meta["step_checks"], meta["step_checks_said"]):
+            assert (plain is None) == (said is None)
+            if said is None:
+                continue
+            pairs = QA.findall(said)
+            assert [q for q, _ in pairs] == [q for q, _ in QA.findall(plain)]
+            assert [a.rsplit(" ", 1)[-1] if " " in a else a for _, a in QA.findall(plain)] == \
+                [a.rsplit(" ", 1)[-1] for _, a in pairs]  # the same answers, after their readings
+            for question, answer in pairs:
+                question = question.strip()
+                if question in taught:
+                    assert answer == taught[question], (question, answer, taught[question])
+                    matched += 1
+    assert matched > 300
+
+
 def test_check_notes_in_prm_rows(tmp_path):
     synthetic = synthesize(30, seed=3)
     c = next(c for c in synthetic if any(f == "irrelevant" for f in schema.chain_meta(c)["step_faults"]))
@@ -71,6 +105,15 @@ def test_check_notes_in_prm_rows(tmp_path):
         assert note == (check or s["explanations"][0])  # an irrelevant step's note says why it is off topic
     first_user = prompts.prm_messages(c, notes="check")[0]["content"][-1]["text"]
     assert "ask the questions that check the step" in first_user
+
+    # check-said: the same questions, each answer after its reading, asked for in the same words (a model trained on
+    # them is scored as a check-note model)
+    said = prompts.prm_messages(c, notes="check-said")
+    assert said[0]["content"][-1]["text"] == first_user
+    said_turns = [m["content"][0]["text"] for m in said if m["role"] == "assistant"]
+    for turn, check in zip(said_turns, meta["step_checks_said"]):
+        assert check is None or turn.rsplit("\n", 1)[0] == check
+    assert said_turns != turns
 
     hand = schema.validate_chain(chain("hand", group_id="g9"))  # no step_checks: not synthetic
     with pytest.raises(schema.SchemaError, match="meta.step_checks"):
@@ -92,7 +135,8 @@ def test_the_cli_takes_a_style_and_keeps_the_bare_flag(tmp_path, capsys):
     from stepcritic.cli import main
 
     schema.save_chains(synthesize(12, seed=1), str(tmp_path / "chains"))
-    for flags, want in ((["--prm-notes"], True), (["--prm-notes", "check"], "check")):
+    for flags, want in ((["--prm-notes"], True), (["--prm-notes", "check"], "check"),
+                        (["--prm-notes", "check-said"], "check-said")):
         out = str(tmp_path / f"prm-{want}")
         args = ["data", "build", "--chains", str(tmp_path / "chains"), "--kind", "prm-sft", *flags, "--out", out]
         assert main(args) == 0
