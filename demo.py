@@ -218,7 +218,9 @@ def main(args: argparse.Namespace) -> int:
     # critiques are decoded under their JSON structure (eval/judges/structured.py), trained and prompted alike
     # (explanations capped at 24 tokens: the gold ones take about 12)
     base = _base_model("prm.yaml", folder)  # the critics' start point, asked as a judge the way a user asks a VLM
-    style = "check" if notes == "check" else "true"
+    from stepcritic.data_prep.critique import CHECK_STYLES
+
+    style = "check" if notes in CHECK_STYLES else "true"  # the writer is judged as it was trained
     roles = {"prm": f"prm:{prm_dir}{judged}", "writer": f"hf:{dpo_dir},{WRITER},notes={style}{judged}",
              "blank": f"text-only:prm:{prm_dir}{judged}",
              "prompted": [f"step-check:{base}{judged}", f"hf:{base},{WRITER}{judged}"],

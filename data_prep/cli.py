@@ -95,22 +95,24 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                         "turn by turn. The conversation layouts have list columns tasks/labels/step_indices: "
                         "SFT trains on every answer, GRPO asks each turn's question on its own")
     p.add_argument("--prm-notes", nargs="?", const="rewrite", default=False,
-                   choices=("rewrite", "check", "check-said"), metavar="STYLE",
+                   choices=("rewrite", "check", "check-said", "claims-said"), metavar="STYLE",
                    help="prm-sft only: before each +/- the PRM writes a note; scoring then generates the note first. "
                         "rewrite (the default STYLE): the step as it should read (the step itself when correct, its "
                         "correction or else its first reference critique when not), scored by P(step as its note); "
                         "check: questions that check the step against the image, answered from it (the synthetic "
                         "chains' meta.step_checks: \"What colour is the cross? blue.\"), scored by the verdict; "
                         "check-said: the same, each answer after what it reads (\"What colour is the cross? cross "
-                        "blue.\"), for a base pre-trained with --say-first")
+                        "blue.\"), for a base pre-trained with --say-first; claims-said: what the step says, asked "
+                        "yes/no and answered so (\"Is the cross blue? cross red no.\")")
     p.add_argument("--critique-notes", nargs="?", const="rewrite", default=False,
-                   choices=("rewrite", "check", "check-said"), metavar="STYLE",
+                   choices=("rewrite", "check", "check-said", "claims-said"), metavar="STYLE",
                    help="critique-sft / critique-pref only: every step of the critique first says what the image shows "
                         "about it under \"shows\", then its verdict. rewrite (the default STYLE): the step itself "
                         "when correct, its correction or else its first reference critique when not, judged with "
                         "hf:...,notes=true; check: the questions that check it, answered from the image (synthetic "
                         "chains), judged with hf:...,notes=check; check-said: the same, answered as a --say-first "
-                        "base answers, judged with notes=check")
+                        "base answers, judged with notes=check; claims-said: what the step says, asked yes/no and "
+                        "answered so, judged with notes=check")
     p.add_argument("--num-proc", type=int, default=1,
                    help="worker processes that check the chains and make and encode the rows (default 1); the "
                         "dataset and build_stats.json are the same for any number")

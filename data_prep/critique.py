@@ -49,9 +49,12 @@ def step_note(step: dict) -> str | None:
 # pre-trained base's scene questions, so that the note asks the base what it already answers (Chain-of-Verification,
 # Dhuliawala et al. 2023, for one step). A check note's verdict compares answers with the step: plain text.
 # "check-said": the same questions answered as a base pre-trained with answers said first (`base_pretrain
-# --say-first`) answers them: what it reads off the image, then the answer (`meta.step_checks_said`).
-NOTE_STYLES = ("rewrite", "check", "check-said")
-CHECK_STYLES = ("check", "check-said")  # notes whose verdict is read after them, not from the note itself
+# --say-first`) answers them: what it reads off the image, then the answer (`meta.step_checks_said`). "claims-said":
+# what the step says, asked as yes/no questions and answered the same way (`meta.step_claims_said`: "Is the cross
+# blue? cross red no."), so that the verdict only has to see whether every answer is yes.
+NOTE_STYLES = ("rewrite", "check", "check-said", "claims-said")
+CHECK_STYLES = ("check", "check-said", "claims-said")  # notes whose verdict is read after them
+CHECK_KEYS = {"check": "step_checks", "check-said": "step_checks_said", "claims-said": "step_claims_said"}
 
 
 def note_style(notes) -> str | None:
@@ -71,8 +74,7 @@ def chain_notes(chain: dict, notes=True) -> list[str | None]:
     steps = chain["steps"]
     style = note_style(notes)
     if style in CHECK_STYLES:
-        checks = schema.chain_meta(chain).get("step_checks_said" if style == "check-said" else "step_checks") \
-            or [None] * len(steps)
+        checks = schema.chain_meta(chain).get(CHECK_KEYS[style]) or [None] * len(steps)
         if not any(checks):
             return [None] * len(steps)
         return [check or step_note(step) for step, check in zip(steps, checks)]

@@ -117,6 +117,7 @@ class Claim:
     explain_logic: Callable[[Any, Any], list[str]] | None = None
     fault_rate: float | None = None             # overrides OWN_FAULT_RATES[template] for this claim
     check: Callable[[Any], tuple] | None = None  # said -> the questions that check it against the image (`Asked`)
+    claimed: Callable[[Any], tuple] | None = None  # said -> what it says, asked yes/no (None: `check` already is)
 
     def own_fault_rate(self) -> float:
         return OWN_FAULT_RATES[self.template] if self.fault_rate is None else self.fault_rate
@@ -179,6 +180,7 @@ def colour_claim(item: Item) -> Claim:
     return Claim("colour", "description", item.colour, say=lambda v: f"The {shape} is {v}.",
                  corrupt=lambda v, rng: _other(rng, COLOUR_NAMES, v), error="attribute", subject=f"the {shape}",
                  check=lambda v: _qa(f"What colour is the {shape}?", item.colour, shape),
+                 claimed=lambda v: _qa(f"Is the {shape} {v}?", _yes(v == item.colour), f"{shape} {item.colour}"),
                  explain=lambda said, true: [f"The {shape} is {true}, not {said}.",
                                              f"In the image the {shape} is coloured {true}.",
                                              f"The step gets the colour wrong: the {shape} is {true}."])
@@ -188,6 +190,7 @@ def position_claim(item: Item, ref: str) -> Claim:
     return Claim("position", "description", item.cell, say=lambda v: f"The {ref} is at the {v}.",
                  corrupt=lambda v, rng: _other(rng, ALL_CELLS, v), error="spatial", subject=f"the {ref}",
                  check=lambda v: _qa(f"Where is the {ref}?", f"at the {item.cell}", ref),
+                 claimed=lambda v: _qa(f"Is the {ref} at the {v}?", _yes(v == item.cell), f"{ref} {item.cell}"),
                  explain=lambda said, true: [f"The {ref} is at the {true}, not at the {said}.",
                                              f"In the image the {ref} sits in the {true} cell.",
                                              f"The {ref} is not at the {said} but at the {true}."])
@@ -199,6 +202,7 @@ def count_claim(noun: str, plural: str, n: int, avoid: int | None = None, templa
     return Claim(template, "description", n, say=lambda v: _there_are(v, noun, plural) + ".",
                  corrupt=lambda v, rng: _other(rng, options, v), error="attribute", subject=f"the {plural}",
                  check=lambda v: _qa(f"How many {plural} are there?", n, noun.removesuffix(" shape")),
+                 claimed=lambda v: _is_count(v, n, noun, plural),
                  explain=lambda said, true: [f"{_there_are(true, noun, plural)} in the image, not {said}.",
                                              f"Counting the {plural} in the image gives {true}, not {said}.",
                                              f"The step miscounts the {plural}: there are exactly {true}."])
@@ -218,6 +222,7 @@ def count_pair_claim(shapes: tuple[str, str], a: int, b: int) -> Claim:
                  say=lambda v: f"{_there_are(v[0], s1, p1)} and {_amount(v[1], s2, p2)}.", corrupt=corrupt,
                  error="attribute", subject=f"the {p1} and {p2}",
                  check=lambda v: _qa(f"How many {p1} are there?", a, s1) + _qa(f"How many {p2} are there?", b, s2),
+                 claimed=lambda v: _is_count(v[0], a, s1, p1) + _is_count(v[1], b, s2, p2),
                  explain=lambda said, true: [f"The image has {seen(true)}, not {said[0]} and {said[1]}.",
                                              f"Counting again gives {true[0]} {p1} and {true[1]} {p2}.",
                                              f"The step miscounts: there are {seen(true)}."])
@@ -274,9 +279,21 @@ def total_claim(premise: int, shapes: tuple[str, str], a: int, b: int) -> Claim:
                  corrupt=lambda v, rng: _other(rng, TOTAL_WEIGHTS, v, TOTAL_WEIGHTS),
                  check=lambda v: _qa(f"How many {PLURALS[shapes[0]]} and {PLURALS[shapes[1]]} are there altogether?",
                                      a + b, f"{shapes[0]} {a} {shapes[1]} {b}"),
+                 claimed=lambda v: _is_total(v, shapes, a, b),
                  explain=lambda said, true: [f"The image has {seen}, which make {true}, not {said}.",
                                              f"{a} plus {b} is {true}, so the total of {said} is wrong.",
                                              f"The total should be {true}: there are {seen}."])
+
+
+def _is_count(said: int, n: int, noun: str, plural: str) -> tuple[Asked]:
+    """"Are there 2 circles?" / "Is there 1 red shape?", read as the count ("circle 3"), then yes or no."""
+    question = f"{'Is there' if said == 1 else 'Are there'} {_amount(said, noun, plural)}?"
+    return _qa(question, _yes(said == n), f"{noun.removesuffix(' shape')} {n}")
+
+
+def _is_total(said: int, shapes: tuple[str, str], a: int, b: int) -> tuple[Asked]:
+    return _qa(f"Are there {said} {PLURALS[shapes[0]]} and {PLURALS[shapes[1]]} altogether?", _yes(said == a + b),
+               f"{shapes[0]} {a} {shapes[1]} {b}")
 
 
 def _counts_read(colours: tuple[str, str], counts: dict) -> str:
@@ -315,6 +332,10 @@ def counted_comparison_claim(c1: str, c2: str, a: int, b: int) -> Claim:
                                      + _qa(f"How many {c2} shapes are there?", b, c2)
                                      + _qa(f"Are there more {said[1][0]} shapes than {said[1][1]} shapes?",
                                            _yes(said[1] == majority(a, b)), _counts_read(said[1], {c1: a, c2: b}))),
+                 claimed=lambda said: (_is_count(said[0][0], a, f"{c1} shape", f"{c1} shapes")
+                                       + _is_count(said[0][1], b, f"{c2} shape", f"{c2} shapes")
+                                       + _qa(f"Are there more {said[1][0]} shapes than {said[1][1]} shapes?",
+                                             _yes(said[1] == majority(a, b)), _counts_read(said[1], {c1: a, c2: b}))),
                  explain=lambda said, true: [
                      f"The image has {true[0]} {c1} and {true[1]} {c2} shapes, not {said[0]} and {said[1]}.",
                      f"The counts are wrong: there are {true[0]} {c1} shapes and {true[1]} {c2} shapes.",
@@ -349,6 +370,7 @@ class Question:
     plan: Callable[[random.Random], list[Claim]]
     involved: list[Item]
     reading: str = ""  # what a base reads off the image to answer it (`Asked.reading`)
+    claimed: Callable[[str], tuple] | None = None  # an answer -> it, asked yes/no (None: a yes/no question)
 
     @property
     def bystanders(self) -> list[Item]:
@@ -386,7 +408,9 @@ def _colour_question(rng, level: Level = LEVELS['standard']) -> Question:
         context = [position_claim(target, target.shape)] if rng.random() < 0.5 else []
         return _with_answer("colour", context + [colour_claim(target)], target.colour, str, COLOUR_NAMES)
     return Question("colour", "perception", f"What colour is the {target.shape}?", items, target.colour, plan,
-                    [target], target.shape)
+                    [target], target.shape,
+                    lambda v: _qa(f"Is the {target.shape} {v}?", _yes(v == target.colour),
+                                  f"{target.shape} {target.colour}"))
 
 
 def _count_question(rng, level: Level = LEVELS['standard']) -> Question:
@@ -399,7 +423,8 @@ def _count_question(rng, level: Level = LEVELS['standard']) -> Question:
         count = count_claim(shape, PLURALS[shape], k)
         return _with_answer("count", context + [count], str(k), str, [str(c) for c in COUNTS])
     return Question("count", "perception", f"How many {PLURALS[shape]} are there?", items, str(k), plan,
-                    [it for it in items if it.shape == shape], shape)
+                    [it for it in items if it.shape == shape], shape,
+                    lambda v: _is_count(int(v), k, shape, PLURALS[shape]))
 
 
 def _sum_question(rng, level: Level = LEVELS['standard']) -> Question:
@@ -414,7 +439,8 @@ def _sum_question(rng, level: Level = LEVELS['standard']) -> Question:
                             {str(t): w for t, w in TOTAL_WEIGHTS.items()})
     text = f"How many {PLURALS[s1]} and {PLURALS[s2]} are there altogether?"
     return Question("sum", "reasoning", text, items, str(a + b), plan,
-                    [it for it in items if it.shape in (s1, s2)], f"{s1} {a} {s2} {b}")
+                    [it for it in items if it.shape in (s1, s2)], f"{s1} {a} {s2} {b}",
+                    lambda v: _is_total(int(v), (s1, s2), a, b))
 
 
 def _compare_question(rng, level: Level = LEVELS['standard']) -> Question:
@@ -527,6 +553,7 @@ class Note:
     template: str
     fault: str | None = None
     check: tuple | None = None  # the step's verification questions, answered from the image (`Claim.check`)
+    claimed: tuple | None = None  # what the step says, asked yes/no and answered from the image (`Claim.claimed`)
 
 
 def _description_correctness(said, truth) -> str:
@@ -548,6 +575,12 @@ def _finish(step: dict, note: Note, explanations: list[str], correction: str | N
     return step, note
 
 
+def _note_checks(note: Note, claim: Claim, said) -> None:
+    if claim.check:
+        note.check = claim.check(said)
+        note.claimed = claim.claimed(said) if claim.claimed else note.check
+
+
 def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], fault: str | None,
                    rng) -> tuple[dict, Note, Any]:
     """Turn one planned claim into a labelled step; returns the value later steps build on."""
@@ -561,7 +594,7 @@ def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], faul
         said = claim.corrupt(follows, rng) if injected else follows
         step.update(text=claim.say(said), logic_correct=said == claim.truth, logic_relevant=True, informative=True,
                     logic_error="inter" if injected else None)
-        note.check = claim.check(said) if claim.check else None
+        _note_checks(note, claim, said)
         explanations = claim.explain(said, claim.truth)
         if said != claim.truth and not injected:
             note.fault = "propagated"
@@ -578,7 +611,7 @@ def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], faul
     explanations = [] if correctness == "correct" else claim.explain(described, claim.truth)
     note.fault = None if correctness == "correct" else claim.error
     if claim.type == "description":
-        note.check = claim.check(described) if claim.check else None
+        _note_checks(note, claim, described)
         step["text"] = claim.say(described)
         return (*_finish(step, note, explanations, claim.say(claim.truth)), described)
 
@@ -592,7 +625,7 @@ def _realise_claim(claim: Claim, said_before: list, wrong_before: set[int], faul
         note.fault = "intra"
     step.update(text=claim.say((described, conclusion)), logic_correct=not intra, logic_relevant=True,
                 informative=True, logic_error="intra" if intra else None)
-    note.check = claim.check((described, conclusion)) if claim.check else None
+    _note_checks(note, claim, (described, conclusion))
     correction = claim.say((claim.truth, claim.follow(claim.truth)))
     return (*_finish(step, note, explanations, correction), conclusion)
 
@@ -663,6 +696,7 @@ def _chain_steps(question: Question, rng, scale: float) -> tuple[list[dict], lis
         step, note, value = _realise_claim(claim, said, wrong_before, faults.get(i), rng)
         if claim.template == "answer":  # an answer is checked by asking the question itself
             note.check = _qa(question.text, question.reference, question.reading)
+            note.claimed = question.claimed(value) if question.claimed else note.check
         steps.append(step)
         notes.append(note)
         said.append(value)
@@ -704,6 +738,9 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
         "step_checks": [worded(n.check) for n in notes],
         # the same, answered as a base pre-trained with --say-first answers: what it reads, then the answer
         "step_checks_said": [worded(n.check, say_first=True) for n in notes],
+        # what each step says, asked as yes/no questions and answered the same way: a step is right when every
+        # answer is yes ("Is the cross blue? cross red no.")
+        "step_claims_said": [worded(n.claimed, say_first=True) for n in notes],
         "independent_after_error": any(not w for w in wrong[first_wrong + 1:]),
         "error_propagated": any(n.fault == "propagated" for n in notes),
         "clues": _reference_clues(question.text, steps),

@@ -94,6 +94,44 @@ def test_said_checks_answer_as_the_said_first_base_was_pre_trained_to():
     assert matched > 300
 
 
+def test_claim_notes_ask_what_the_step_says_and_are_all_yes_exactly_when_it_is_right():
+    # `--prm-notes claims-said`: a step's claims asked yes/no, so its verdict is whether every answer is yes (an
+    # answer to a yes/no question is compared with the step's own yes or no); the forms the base was pre-trained on
+    # must get the answers its pre-training gives
+    import random
+
+    from stepcritic.data_prep.render import Item
+    from stepcritic.train.tiny import scene_qa
+
+    checked, matched = 0, 0
+    for c in synthesize(200, seed=4):
+        meta = schema.chain_meta(c)
+        items = [Item(**{k: v for k, v in it.items() if k != "cell"}) for it in meta["scene"]]
+        rng, taught = random.Random(0), {}
+        for _ in range(60):
+            for ask in scene_qa.QUESTIONS:
+                qa = ask(rng, items, say_first=True)
+                if qa:
+                    taught[qa[0]] = qa[1]
+        for step, claims, check in zip(c["steps"], meta["step_claims_said"], meta["step_checks"]):
+            assert (claims is None) == (check is None)
+            if claims is None:
+                continue
+            pairs = [(q.strip(), a) for q, a in QA.findall(claims)]
+            assert pairs and not QA.sub("", claims).strip(), claims
+            answers = [a.rsplit(" ", 1)[-1] for _, a in pairs]
+            if step["text"].startswith("So the answer is ") and step["text"][17:-1] in ("yes", "no"):
+                assert (answers[-1] == step["text"][17:-1]) == step["correct"], (step["text"], claims)
+            else:
+                assert all(a == "yes" for a in answers) == step["correct"], (step["text"], claims)
+            checked += 1
+            for question, answer in pairs:
+                if question in taught:
+                    assert answer == taught[question], (question, answer, taught[question])
+                    matched += 1
+    assert checked > 450 and matched > 300
+
+
 def test_check_notes_in_prm_rows(tmp_path):
     synthetic = synthesize(30, seed=3)
     c = next(c for c in synthetic if any(f == "irrelevant" for f in schema.chain_meta(c)["step_faults"]))

@@ -64,7 +64,9 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     # the scorer reads this from the saved config: a note-writing PRM is scored by generating its notes, and a
     # "check" note (`data build --prm-notes check`, named in the build's stats) by the verdict that follows it
     notes = writes_notes(train_data)
-    if notes and common.dataset_summary(recipe.script_args.dataset_path).get("prm_notes") in ("check", "check-said"):
+    from stepcritic.data_prep.critique import CHECK_STYLES
+
+    if notes and common.dataset_summary(recipe.script_args.dataset_path).get("prm_notes") in CHECK_STYLES:
         notes = "check"
     model.config.stepcritic_prm_notes = notes
     model = common.prepare_model(recipe, model)
