@@ -40,8 +40,9 @@ SMOL_PLANS = {
 }
 # per base: the recipe folder, how its judges load (SmolLM2's critics score in bfloat16, twice as fast) and the notes
 # its critics write before each verdict (True: the step as the image has it, `--prm-notes`; "check": the questions
-# that check it, answered, `--prm-notes check`, which measured no better on SmolLM2: docs/experiments.md, section 13)
-BASES = {"tiny": ("tiny", "", True), "smollm2": ("tiny-smol", ",dtype=bfloat16", True)}
+# that check it, answered, `--prm-notes check`, which measured no better on SmolLM2: docs/experiments.md, section 13;
+# "claims-said": what the step says asked yes/no, answered as the tiny base answers, reading first: section 16)
+BASES = {"tiny": ("tiny", "", "claims-said"), "smollm2": ("tiny-smol", ",dtype=bfloat16", True)}
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
 TARGETS = {
     "prm_f1": 0.80, "prm_auroc": 0.90, "prm_kind_auroc": 0.85, "margin_over_prompted": 0.15,

@@ -28,7 +28,9 @@ META = "stepcritic_base.json"
 # the stand-in when the shipped base is missing or stale: a few minutes of the same pre-training
 FALLBACK = {"vision_pretrain_steps": 400, "base_pretrain_steps": 300}
 REBUILD = ("python -m stepcritic.train.tiny.base_pretrain --out runs/tiny-base --steps 16000 --batch-size 8 "
-           "--threads 1 && python -m stepcritic.train.tiny.shipped --from runs/tiny-base")
+           "--threads 1 --say-first --induction-steps 300 --align-steps 200 --align-weight 1 "
+           "--question-weights relation=3,bigger=3,where=2 && python -m stepcritic.train.tiny.shipped --from "
+           "runs/tiny-base (its card, stepcritic/train/tiny/base/README.md, gives the runs that made it)")
 
 
 def fingerprint(arch: str = "llava", size: str = "small", image_size: int = 96, vocab_size: int = 1024) -> str:
