@@ -60,31 +60,38 @@ def test_checks_are_worded_as_the_bases_scene_questions():
                                                                         if not q.startswith(starts)]
 
 
-def test_said_checks_answer_as_the_said_first_base_was_pre_trained_to():
-    # `--prm-notes check-said` notes ask a --say-first base what it answers, so each reading and answer must be the
-    # one its pre-training gives for the same question about the same scene (the oracle: scene_qa itself)
+def taught_answers(meta: dict) -> dict:
+    """The said-first answers a base's pre-training gives to the questions `scene_qa` asks about a chain's scene,
+    drawn many times: the oracle the said notes are held to."""
     import random
 
     from stepcritic.data_prep.render import Item
     from stepcritic.train.tiny import scene_qa
 
+    items = [Item(**{k: v for k, v in it.items() if k != "cell"}) for it in meta["scene"]]
+    rng, taught = random.Random(0), {}
+    for _ in range(60):
+        for ask in scene_qa.QUESTIONS:
+            qa = ask(rng, items, say_first=True)
+            if qa:
+                taught[qa[0]] = qa[1]
+    return taught
+
+
+def test_said_checks_answer_as_the_said_first_base_was_pre_trained_to():
+    # `--prm-notes check-said` notes ask a --say-first base what it answers, so each reading and answer must be the
+    # one its pre-training gives for the same question about the same scene (the oracle: scene_qa itself)
     matched = 0
     for c in synthesize(120, seed=3):
         meta = schema.chain_meta(c)
-        items = [Item(**{k: v for k, v in it.items() if k != "cell"}) for it in meta["scene"]]
-        rng, taught = random.Random(0), {}
-        for _ in range(60):
-            for ask in scene_qa.QUESTIONS:
-                qa = ask(rng, items, say_first=True)
-                if qa:
-                    taught[qa[0]] = qa[1]
+        taught = taught_answers(meta)
         for plain, said in zip(meta["step_checks"], meta["step_checks_said"]):
             assert (plain is None) == (said is None)
             if said is None:
                 continue
             pairs = QA.findall(said)
             assert [q for q, _ in pairs] == [q for q, _ in QA.findall(plain)]
-            assert [a.rsplit(" ", 1)[-1] if " " in a else a for _, a in QA.findall(plain)] == \
+            assert [a.rsplit(" ", 1)[-1] for _, a in QA.findall(plain)] == \
                 [a.rsplit(" ", 1)[-1] for _, a in pairs]  # the same answers, after their readings
             for question, answer in pairs:
                 question = question.strip()
@@ -98,21 +105,10 @@ def test_claim_notes_ask_what_the_step_says_and_are_all_yes_exactly_when_it_is_r
     # `--prm-notes claims-said`: a step's claims asked yes/no, so its verdict is whether every answer is yes (an
     # answer to a yes/no question is compared with the step's own yes or no); the forms the base was pre-trained on
     # must get the answers its pre-training gives
-    import random
-
-    from stepcritic.data_prep.render import Item
-    from stepcritic.train.tiny import scene_qa
-
     checked, matched = 0, 0
     for c in synthesize(200, seed=4):
         meta = schema.chain_meta(c)
-        items = [Item(**{k: v for k, v in it.items() if k != "cell"}) for it in meta["scene"]]
-        rng, taught = random.Random(0), {}
-        for _ in range(60):
-            for ask in scene_qa.QUESTIONS:
-                qa = ask(rng, items, say_first=True)
-                if qa:
-                    taught[qa[0]] = qa[1]
+        taught = taught_answers(meta)
         for step, claims, check in zip(c["steps"], meta["step_claims_said"], meta["step_checks"]):
             assert (claims is None) == (check is None)
             if claims is None:
