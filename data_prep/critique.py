@@ -151,16 +151,18 @@ _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
 
 def _json_candidates(text: str):
+    """Fenced blocks, then every JSON object that starts at a "{" of the text, in order. Objects are read by the
+    JSON decoder, not by counting braces, so a brace inside a string (an explanation that says "{x}") cannot cut
+    one short."""
     for m in _FENCE.finditer(text):
         yield m.group(1)
+    decoder = json.JSONDecoder()
     start = text.find("{")
-    while start != -1:  # outermost balanced {...} blocks, in order
-        depth = 0
-        for j in range(start, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            if depth == 0:
-                yield text[start:j + 1]
-                break
+    while start != -1:
+        try:
+            yield text[start:decoder.raw_decode(text, start)[1]]
+        except json.JSONDecodeError:
+            pass
         start = text.find("{", start + 1)
 
 

@@ -71,6 +71,16 @@ def test_a_partially_correct_step_in_a_critique_is_flagged():
     assert parsed.verdicts == [True, False, False] and parsed.valid
 
 
+@pytest.mark.parametrize("text", [
+    '{"steps": [{"step": 1, "correct": false, "explanation": "The}"}, {"step": 2, "correct": true}]}',
+    'Here: {"steps": [{"step": 1, "correct": false, "explanation": "{x} is not 3"}, {"step": 2, "correct": true}]}',
+])
+def test_a_brace_inside_an_explanation_does_not_hide_the_critique(text):
+    # Before: objects were found by counting braces, strings included, so this critique was "no JSON found"
+    parsed = parse_critique(text, 2)
+    assert parsed.valid and parsed.verdicts == [False, True]
+
+
 class CannedVerifier(GenerativeJudge):
     """A verifier judge whose replies come from a list, in order."""
 
