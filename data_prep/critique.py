@@ -83,11 +83,18 @@ def chain_notes(chain: dict, notes=True) -> list[str | None]:
 
 def gold_critique(chain: dict, explanation_index: int = 0, notes: bool | str = False) -> dict:
     """The reference critique of a chain; with `notes`, each step first says what the image shows (`chain_notes`,
-    in that style) under "shows", before its verdict."""
+    in that style) under "shows", before its verdict. A check note asks about what the step says, so the step is
+    first copied under "says": the note then follows the words it checks, as a PRM's note follows its step, instead
+    of a small critic having to find step k in the prompt (the structured decoder writes "says" itself)."""
     steps, shown = [], chain_notes(chain, notes) if notes else None
+    says = note_style(notes) in CHECK_STYLES
     for i, s in enumerate(chain["steps"], 1):
-        item: dict = {"step": i, "shows": shown[i - 1], "correct": s["correct"]} if notes else \
-            {"step": i, "correct": s["correct"]}
+        item: dict = {"step": i}
+        if says:
+            item["says"] = s["text"]
+        if notes:
+            item["shows"] = shown[i - 1]
+        item["correct"] = s["correct"]
         if s["correct"] is False:
             expl = s.get("explanations") or []
             item["explanation"] = expl[explanation_index % len(expl)] if expl else "This step is incorrect."

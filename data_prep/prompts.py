@@ -57,8 +57,10 @@ CRITIQUE_NOTES_FORMAT_EXAMPLE = critique.format_critique({
     "answer_correct": False,
 })
 CRITIQUE_CHECK_NOTES_FORMAT_EXAMPLE = critique.format_critique({
-    "steps": [{"step": 1, "shows": "A question that checks step 1? The image's answer.", "correct": True},
-              {"step": 2, "shows": "A question that checks step 2? The image's answer.", "correct": False,
+    "steps": [{"step": 1, "says": "Step 1, copied.", "shows": "A question that checks step 1? The image's answer.",
+               "correct": True},
+              {"step": 2, "says": "Step 2, copied.", "shows": "A question that checks step 2? The image's answer.",
+               "correct": False,
                "explanation": "What is wrong with step 2."}],
     "answer_correct": False,
 })

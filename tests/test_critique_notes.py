@@ -102,6 +102,7 @@ def test_check_notes_in_critiques_and_their_verdicts_read_after_the_note(tmp_pat
     checks = schema.chain_meta(chain)["step_checks"]
     assert [s["shows"] for s in written["steps"]] == [
         check or s["explanations"][0] for check, s in zip(checks, chain["steps"])]
+    assert [s["says"] for s in written["steps"]] == [s["text"] for s in chain["steps"]]  # each check follows its step
     assert "questions that check it" in row["messages"][0]["content"][-1]["text"]
 
     judge = make_judge(f"hf:{tiny_critic_path()},structured=true,notes=check,max_new_tokens=4")
@@ -111,6 +112,28 @@ def test_check_notes_in_critiques_and_their_verdicts_read_after_the_note(tmp_pat
     for c, chain in zip(judged, chains[:2]):
         parsed = critique.parse_critique(c.raw, len(chain["steps"]))
         assert parsed.valid and c.verdicts == [1 - p >= 0.5 for p in c.p_incorrect]
+        assert [s["says"] for s in json.loads(c.raw)["steps"]] == [s["text"] for s in chain["steps"]]
         assert all(0.0 <= p <= 1.0 for p in c.p_incorrect)
     with pytest.raises(ValueError, match="notes='maybe'"):
         make_judge(f"hf:{tiny_critic_path()},structured=true,notes=maybe")
+
+
+def test_the_brief_critique_template_asks_the_same_in_far_fewer_words(tmp_path):
+    """`critique_brief` (for small critics trained on it) keeps the chain and the note instruction and drops the
+    rules and the format example that the training rows teach; a judge asked with it is cached apart."""
+    from stepcritic.data_prep import prompts
+    from stepcritic.data_prep.synth import synthesize
+    from stepcritic.eval.judges.registry import make_judge
+
+    chains = synthesize(4, seed=3)
+    chain = chains[0]
+    full, brief = (prompts.critique_messages(chain, template, notes="claims-said")[0]["content"][-1]["text"]
+                   for template in (None, "critique_brief"))
+    assert len(brief) * 3 < len(full)
+    assert chain["question"] in brief and all(s["text"] in brief for s in chain["steps"]) and '"says"' in brief
+    stats = build_dataset(chains, "critique-sft", str(tmp_path / "sft"), test_fraction=0.25,
+                          critique_notes="claims-said", template="critique_brief")
+    assert stats["critique_notes"] == "claims-said" and stats["template"]["name"] == "critique_brief"
+    judges = [make_judge(f"hf:somewhere,structured=true,notes=check{extra}")
+              for extra in ("", ",template=critique_brief")]
+    assert judges[0].fingerprint() != judges[1].fingerprint()

@@ -63,6 +63,13 @@ def test_golden_critique_with_notes(fixture_chain):
     check_golden("critique_notes", as_text(prompts.critique_messages(fixture_chain, notes=True) + [target]))
 
 
+def test_golden_brief_critique_with_check_notes(fixture_chain):
+    """The brief critique prompt and its target with check notes: each step copied under "says" before "shows"."""
+    target = prompts.assistant_turn(prompts.critique_target(fixture_chain, notes="check"))
+    messages = prompts.critique_messages(fixture_chain, "critique_brief", notes="check") + [target]
+    check_golden("critique_brief_check_notes", as_text(messages))
+
+
 @pytest.mark.parametrize("task", list(prompts.VERIFIER_TASKS))
 def test_golden_verifier(fixture_chain, task):
     messages = prompts.verifier_messages(task, fixture_chain, 1)

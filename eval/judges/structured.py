@@ -21,6 +21,8 @@ re-tokenises as it would in the training text.
 
 from __future__ import annotations
 
+import json
+
 VERDICTS = (" true", " false")
 # what follows a note in the critique: a note is scored together with it, because a tokenizer may merge the note's
 # last characters with the quote and comma after it (SmolLM2's `.",` is one token), so a note scored before a bare
@@ -120,13 +122,17 @@ class StructuredDecoder:
         (`text_probability`); with `read="verdict"` (check notes: questions about the image, answered), P(" true")
         against P(" false") right after the critic's own note. The verdict written is that probability against
         `threshold`, so the JSON says what the scores say; the note written is the critic's own (greedy), and
-        stays in the context for the later steps, as in training."""
+        stays in the context for the later steps, as in training. Check notes come after the step copied under
+        "says" (`critique.gold_critique`), which the decoder writes."""
         import math
 
         prompt = self._prefill(prompt_text, images)
         out, p_correct = '{"steps": [', []
         for k, step in enumerate(steps, 1):
-            out += ("" if k == 1 else ", ") + f'{{"step": {k}, "shows": "'
+            out += ("" if k == 1 else ", ") + f'{{"step": {k}, '
+            if read == "verdict":  # a check note follows the step it checks, copied as in training
+                out += '"says": ' + json.dumps(step, ensure_ascii=False) + ", "
+            out += '"shows": "'
             if read == "verdict":
                 out += self.continue_until_quote(prompt, out, self.max_note_tokens) + NOTE_END
                 true, false = (float(self._logprobs(prompt, out, verdict).sum()) for verdict in VERDICTS)
