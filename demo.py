@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import time
+from collections import namedtuple
 
 # sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install) and --quick (target < 3 min, used
 # by a test). Both critics start from the shipped pretrained base (stepcritic/train/tiny/base), so the minutes go to
@@ -22,7 +23,7 @@ import time
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
 PLANS = {
-    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 1000, "sft_steps": 60, "dpo_steps": 10, "batch": 8,
+    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 1000, "sft_steps": 160, "dpo_steps": 10, "batch": 8,
              "train_error_rate": None},
     "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4,
               "train_error_rate": None},
@@ -38,11 +39,17 @@ SMOL_PLANS = {
     "quick": {"n_train": 60, "n_test": 8, "prm_steps": 2, "sft_steps": 2, "dpo_steps": 1, "batch": 2,
               "train_error_rate": None},
 }
-# per base: the recipe folder, how its judges load (SmolLM2's critics score in bfloat16, twice as fast) and the notes
+# per base: the recipe folder, how its judges load (SmolLM2's critics score in bfloat16, twice as fast), the notes
 # its critics write before each verdict (True: the step as the image has it, `--prm-notes`; "check": the questions
 # that check it, answered, `--prm-notes check`, which measured no better on SmolLM2: docs/experiments.md, section 13;
-# "claims-said": what the step says asked yes/no, answered as the tiny base answers, reading first: section 16)
-BASES = {"tiny": ("tiny", "", "claims-said"), "smollm2": ("tiny-smol", ",dtype=bfloat16", True)}
+# "claims-said": what the step says asked yes/no, answered as the tiny base answers, reading first: section 16), and
+# how the critique writer is made: the prompt template of its rows and of its judge, and whether its SFT starts from
+# the trained PRM, which already writes those notes, instead of the base. On the tiny base the default critique
+# prompt is three quarters of every row and the writer learnt nothing in 60 steps from the base (it called every
+# step correct); from the PRM, asked briefly, a step costs 2.5 times less (section 17).
+Base = namedtuple("Base", "folder judged notes writer_template writer_from_prm")
+BASES = {"tiny": Base("tiny", "", "claims-said", "critique_brief", True),
+         "smollm2": Base("tiny-smol", ",dtype=bfloat16", True, None, False)}
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
 TARGETS = {
     "prm_f1": 0.80, "prm_auroc": 0.90, "prm_kind_auroc": 0.85, "margin_over_prompted": 0.15,
@@ -181,7 +188,8 @@ def main(args: argparse.Namespace) -> int:
     from stepcritic.data_prep.schema import load_chains
     from stepcritic.eval.runner import DEFAULT_TASKS, build_judge, evaluate
 
-    folder, judged, notes = BASES[args.base]
+    base_kind = BASES[args.base]
+    folder, judged, notes = base_kind.folder, base_kind.judged, base_kind.notes
     plans = SMOL_PLANS if args.base == "smollm2" else PLANS
     plan = dict(plans["quick" if args.quick else "full"], level=args.level, base=args.base)
     out = os.path.abspath(args.out)
@@ -197,7 +205,8 @@ def main(args: argparse.Namespace) -> int:
             # the PRM writes a note before its verdict (`data build --prm-notes`): a verdict alone is an XOR of
             # words and picture, which a small model learns too slowly (docs/experiments.md); so does the critique
             # writer, under "shows" before each verdict (`data build --critique-notes`)
-            options = {"prm_notes": notes} if kind == "prm-sft" else {"critique_notes": notes}
+            options = {"prm_notes": notes} if kind == "prm-sft" else \
+                {"critique_notes": notes, "template": base_kind.writer_template}
             stats = build_dataset(chains, kind, os.path.join(data, kind), test_fraction=0.05, seed=args.seed,
                                   **options)
             print(f"  {kind}: {stats.get('rows', stats)}")
@@ -208,9 +217,11 @@ def main(args: argparse.Namespace) -> int:
     prm_dir = stages.run("train PRM critic", _train, "prm.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "prm-sft"), output_dir=os.path.join(models, "prm"),
         max_steps=plan["prm_steps"]))
-    sft_dir = stages.run("train critique SFT", _train, "critique-sft.yaml", folder, dict(
-        common, dataset_path=os.path.join(data, "critique-sft"), output_dir=os.path.join(models, "critique-sft"),
-        max_steps=plan["sft_steps"]))
+    start = {"model_name_or_path": prm_dir, "tiny_model": False} if base_kind.writer_from_prm else {}
+    sft_dir = stages.run("train critique SFT" + (" (from the PRM)" if start else ""), _train, "critique-sft.yaml",
+                         folder, dict(common, dataset_path=os.path.join(data, "critique-sft"),
+                                      output_dir=os.path.join(models, "critique-sft"), max_steps=plan["sft_steps"],
+                                      **start))
     dpo_dir = stages.run("train critique DPO (from the SFT critic)", _train, "dpo.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "critique-pref"), output_dir=os.path.join(models, "critique-dpo"),
         model_name_or_path=sft_dir, tiny_model=False, max_steps=plan["dpo_steps"],
@@ -222,7 +233,8 @@ def main(args: argparse.Namespace) -> int:
     from stepcritic.data_prep.critique import CHECK_STYLES
 
     style = "check" if notes in CHECK_STYLES else "true"  # the writer is judged as it was trained
-    roles = {"prm": f"prm:{prm_dir}{judged}", "writer": f"hf:{dpo_dir},{WRITER},notes={style}{judged}",
+    asked = f",template={base_kind.writer_template}" if base_kind.writer_template else ""
+    roles = {"prm": f"prm:{prm_dir}{judged}", "writer": f"hf:{dpo_dir},{WRITER},notes={style}{asked}{judged}",
              "blank": f"text-only:prm:{prm_dir}{judged}",
              "prompted": [f"step-check:{base}{judged}", f"hf:{base},{WRITER}{judged}"],
              "trivial": ["always-correct", "random,rate=1.0,seed=0", "random,rate=0.5,seed=0", "majority"]}
