@@ -187,6 +187,8 @@ def test_load_critic_reads_a_lora_adapter(tmp_path):
         expected = adapted(**batch).logits
         assert torch.allclose(reloaded(**batch).logits, expected, atol=1e-5)
         assert not torch.allclose(load_critic(base)[0](**batch).logits, expected, atol=1e-3)
+        merged = load_critic(tmp_path / "adapter", merged=True)[0]  # as judges load it: one product per layer
+        assert not isinstance(merged, PeftModel) and torch.allclose(merged(**batch).logits, expected, atol=1e-4)
 
 
 def test_vision_pretraining_teaches_every_cell_and_leaves_the_language_model_alone(tiny):

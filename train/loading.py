@@ -69,9 +69,11 @@ def recipe_reads_text_only(recipe) -> bool | None:
 
 
 def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, revision: str | None = None,
-                **init_kwargs):
+                merged: bool = False, **init_kwargs):
     """(model, processor) from `path`. An adapter folder comes back as a `PeftModel` (adapter trainable only when
-    `trainable`). `dtype` and `init_kwargs` go to `from_pretrained` (a torch dtype, its name, or "auto")."""
+    `trainable`), or with `merged` as its base with the adapter merged in, for judging: a LoRA layer kept apart runs
+    three matrix products where a merged one runs one, and on the tiny critic that was half of a critique's decoding
+    time. `dtype` and `init_kwargs` go to `from_pretrained` (a torch dtype, its name, or "auto")."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     path = str(path)
@@ -83,6 +85,8 @@ def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, re
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, path, is_trainable=trainable)
+        if merged:
+            model = model.merge_and_unload()
     source = path if base is None or has_processor(path) else base
     return model, load_processor(source, revision, text_only)
 

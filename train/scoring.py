@@ -119,7 +119,7 @@ class PRMScorer:
     def from_pretrained(cls, path: str, dtype="float32", device: str | None = None, **kwargs) -> "PRMScorer":
         from stepcritic.train.loading import load_critic
 
-        model, processor = load_critic(path, dtype=dtype)
+        model, processor = load_critic(path, dtype=dtype, merged=True)
         if device:
             model.to(device)
         return cls(model, processor, **kwargs)
@@ -284,7 +284,7 @@ class StepCheckScorer:
     def from_pretrained(cls, path: str, dtype="float32", device: str | None = None, **kwargs) -> "StepCheckScorer":
         from stepcritic.train.loading import load_critic
 
-        model, processor = load_critic(path, dtype=dtype)
+        model, processor = load_critic(path, dtype=dtype, merged=True)
         if device:
             model.to(device)
         return cls(model, processor, **kwargs)

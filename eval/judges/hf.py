@@ -53,7 +53,7 @@ class HFJudge(GenerativeJudge):
         if self._model is None:
             from stepcritic.train.loading import load_critic
 
-            model, processor = load_critic(self.target, dtype=self.dtype)
+            model, processor = load_critic(self.target, dtype=self.dtype, merged=True)
             self._model = model.to(pick_device(self.device)).eval()
             # left padding: in a batch every prompt then ends where generation starts
             processor.tokenizer.padding_side = "left"
