@@ -134,6 +134,10 @@ def test_the_brief_critique_template_asks_the_same_in_far_fewer_words(tmp_path):
     stats = build_dataset(chains, "critique-sft", str(tmp_path / "sft"), test_fraction=0.25,
                           critique_notes="claims-said", template="critique_brief")
     assert stats["critique_notes"] == "claims-said" and stats["template"]["name"] == "critique_brief"
+    from datasets import load_from_disk
+
+    asked = load_from_disk(str(tmp_path / "sft"))["train"][0]["messages"][0]["content"][-1]["text"]
+    assert asked.strip().endswith('under "shows".') and "How to judge a step" not in asked  # the rows ask briefly
     judges = [make_judge(f"hf:somewhere,structured=true,notes=check{extra}")
               for extra in ("", ",template=critique_brief")]
     assert judges[0].fingerprint() != judges[1].fingerprint()
