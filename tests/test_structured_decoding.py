@@ -53,6 +53,36 @@ def test_choose_picks_the_likelier_continuation(untrained_critic):
         assert picked == max(scores, key=scores.get), (written, scores)
 
 
+def test_cached_greedy_text_matches_generate_from_scratch():
+    """The decoder keeps the critique run so far in the KV cache and reruns only what changed; after verdicts
+    scored and text written at other places (cache entries it must drop), its greedy text is still what
+    `generate` writes from the whole prompt and critique encoded afresh."""
+    import torch
+
+    from stepcritic.eval.judges.structured import StructuredDecoder
+    from stepcritic.train.loading import load_critic
+    from stepcritic.train.tiny.shipped import base_path
+
+    model, processor = load_critic(base_path())  # pretrained: what it writes depends on what it is given
+    decoder = StructuredDecoder(model.eval(), processor, max_explanation_tokens=12)
+    prompt_text = processor.apply_chat_template([{"role": "user", "content": "Judge it."}], add_generation_prompt=True,
+                                                tokenize=False)
+    context = decoder._prefill(prompt_text, None)
+    decoder.choose(context, '{"steps": [{"step": 1, "correct":')
+    decoder.continue_until_quote(context, '{"steps": [{"step": 1, "shows": "')  # a branch the cache must drop
+    texts = set()
+    for written in ['{"steps": [{"step": 1, "correct": false, "explanation": "'] * 2 + ['{"says": "Is the circle']:
+        text = decoder.continue_until_quote(context, written)
+        ids = processor.tokenizer(prompt_text + written, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                                 do_sample=False, eos_token_id=sorted(decoder.stop_ids), pad_token_id=0)
+        expected = processor.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        assert text == expected.split('"', 1)[0].strip().replace("\\", "")
+        texts.add(text)
+    assert len(texts) == 2, texts  # different contexts, different texts: the check can tell them apart
+
+
 def test_structured_needs_critique_mode(untrained_critic):
     from stepcritic.eval.judges.registry import make_judge
 

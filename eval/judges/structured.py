@@ -30,70 +30,100 @@ VERDICTS = (" true", " false")
 NOTE_END = '", "correct":'
 
 
+class _Context:
+    """One chain's prompt in the model's KV cache, followed by the critique tokens run so far."""
+
+    def __init__(self, prompt_len: int, cache, logits):
+        self.prompt_len, self.cache = prompt_len, cache
+        self.ids: list[int] = []  # the critique tokens whose keys and values follow the prompt in the cache
+        self.last_logits = logits  # the logits after the last token in the cache
+
+
 class StructuredDecoder:
     """Fills one chain's critique skeleton. The prompt (image included) is encoded once per chain and kept in
-    the model's KV cache; each verdict or explanation then only runs the critique written so far, re-tokenised
-    whole (its pieces join at pre-tokenizer boundaries, so the tokens are those of the training text)."""
+    the model's KV cache with the critique run so far. Each verdict or explanation re-tokenises the critique
+    written so far whole (its pieces join at pre-tokenizer boundaries, so the tokens are those of the training
+    text) and runs only the tokens after the longest prefix already in the cache: a verdict costs its own
+    tokens, not the whole critique again, and an explanation is written one token per forward pass."""
 
     def __init__(self, model, processor, max_explanation_tokens: int = 48):
         self.model, self.processor = model, processor
         self.tokenizer = processor.tokenizer
         self.max_explanation_tokens = max_explanation_tokens
         self.max_note_tokens = max(max_explanation_tokens, 64)  # a check note asks up to three questions
-        # every token that contains a double quote ends an explanation (as an extra end-of-sequence id: the
-        # `stop_strings` route rebuilds a vocabulary-wide table on every generate call)
+        # every token that contains a double quote ends an explanation
         vocab = self.tokenizer.get_vocab()
-        self.stop_ids = sorted({i for i in vocab.values() if '"' in self.tokenizer.decode([i])}
-                               | {self.tokenizer.eos_token_id})
+        self.stop_ids = frozenset({i for i in vocab.values() if '"' in self.tokenizer.decode([i])}
+                                  | {self.tokenizer.eos_token_id})
 
-    def _prefill(self, prompt_text: str, images: list):
+    def _prefill(self, prompt_text: str, images: list) -> _Context:
         import torch
 
         batch = self.processor(text=[prompt_text], images=images or None, return_tensors="pt")
         batch = {k: v.to(self.model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         with torch.inference_mode():
-            cache = self.model(**batch, use_cache=True).past_key_values
-        return batch["input_ids"], cache
+            out = self.model(**batch, use_cache=True, logits_to_keep=1)
+        return _Context(batch["input_ids"].shape[1], out.past_key_values, out.logits[0, -1])
 
-    def _ids(self, text: str):
-        return self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.model.device)
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def _rewind(self, cache, prompt_len: int) -> None:
-        extra = cache.get_seq_length() - prompt_len
-        if extra > 0:
-            cache.crop(-extra)
+    def _run(self, context: _Context, ids: list[int], keep: int):
+        """Keep the first `keep` critique tokens in the cache, run `ids[keep:]` after them; their logits."""
+        import torch
 
-    def _logprobs(self, prompt, written: str, continuation: str):
+        if keep < len(context.ids):
+            context.cache.crop(keep - len(context.ids))  # a negative length: the tokens to drop
+        new = torch.tensor([ids[keep:]], device=self.model.device)
+        mask = torch.ones(1, context.prompt_len + len(ids), dtype=torch.long, device=self.model.device)
+        with torch.inference_mode():
+            logits = self.model(input_ids=new, attention_mask=mask, past_key_values=context.cache,
+                                use_cache=True).logits[0]
+        context.ids, context.last_logits = list(ids), logits[-1]
+        return logits
+
+    @staticmethod
+    def _shared(a: list[int], b: list[int]) -> int:
+        n = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    def _logprobs(self, context: _Context, written: str, continuation: str):
         """Log-probabilities of the tokens that `continuation` adds after the critique `written` so far."""
         import torch
 
-        prompt_ids, cache = prompt
-        n_known = self._ids(written).shape[1]
+        n_known = len(self._ids(written))
         ids = self._ids(written + continuation)
-        mask = torch.ones(1, prompt_ids.shape[1] + ids.shape[1], dtype=torch.long, device=ids.device)
-        with torch.inference_mode():
-            logits = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
-        self._rewind(cache, prompt_ids.shape[1])
-        positions = torch.arange(n_known, ids.shape[1], device=ids.device)
-        return logits[0].float().log_softmax(-1)[positions - 1, ids[0, positions]]
+        # the logits that predict token n_known come from token n_known - 1: it is run again unless cached
+        keep = min(self._shared(context.ids, ids), n_known - 1)
+        logits = self._run(context, ids, keep)[n_known - 1 - keep:-1]
+        targets = torch.tensor(ids[n_known:], device=logits.device)
+        return logits.float().log_softmax(-1)[torch.arange(len(targets)), targets]
 
-    def choose(self, prompt, written: str, options=VERDICTS) -> str:
+    def choose(self, context: _Context, written: str, options=VERDICTS) -> str:
         """The option with the highest total log-probability after the critique `written` so far."""
-        scores = [float(self._logprobs(prompt, written, option).sum()) for option in options]
+        scores = [float(self._logprobs(context, written, option).sum()) for option in options]
         return options[max(range(len(options)), key=scores.__getitem__)]
 
-    def continue_until_quote(self, prompt, written: str, max_new_tokens: int | None = None) -> str:
+    def continue_until_quote(self, context: _Context, written: str, max_new_tokens: int | None = None) -> str:
         """Greedy text after the critique `written` so far, up to (not including) the first double quote."""
-        import torch
-
-        prompt_ids, cache = prompt
-        ids = torch.cat([prompt_ids, self._ids(written)], dim=1)
-        with torch.inference_mode():
-            output = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
-                                         max_new_tokens=max_new_tokens or self.max_explanation_tokens, do_sample=False,
-                                         eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id)
-        self._rewind(cache, prompt_ids.shape[1])
-        text = self.tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True)
+        ids = self._ids(written)
+        shared = self._shared(context.ids, ids)
+        if shared == len(ids) == len(context.ids):
+            last = context.last_logits
+        else:
+            last = self._run(context, ids, min(shared, len(ids) - 1))[-1]
+        new = []
+        for _ in range(max_new_tokens or self.max_explanation_tokens):
+            token = int(last.argmax())
+            new.append(token)
+            if token in self.stop_ids:
+                break
+            last = self._run(context, ids + new, len(ids) + len(new) - 1)[-1]
+        text = self.tokenizer.decode(new, skip_special_tokens=True)
         return text.split('"', 1)[0].strip().replace("\\", "")
 
     def pick_letter(self, prompt_text: str, images: list, letters: str) -> int | None:
@@ -101,7 +131,7 @@ class StructuredDecoder:
         first token (the caller then lets the model write its reply)."""
         import torch
 
-        firsts = [int(self._ids(letter)[0, 0]) for letter in letters]
+        firsts = [self._ids(letter)[0] for letter in letters]
         if len(set(firsts)) < len(firsts):
             return None
         batch = self.processor(text=[prompt_text], images=images or None, return_tensors="pt")
@@ -110,10 +140,10 @@ class StructuredDecoder:
             logits = self.model(**batch, logits_to_keep=1).logits[0, -1]
         return max(range(len(letters)), key=lambda k: float(logits[firsts[k]]))
 
-    def text_probability(self, prompt, written: str, text: str, end: str = NOTE_END) -> float:
+    def text_probability(self, context: _Context, written: str, text: str, end: str = NOTE_END) -> float:
         """The least probability of any token of `text` (and the `end` that follows it in the critique) right
         after `written`."""
-        return float(self._logprobs(prompt, written, text + end).min().exp())
+        return float(self._logprobs(context, written, text + end).min().exp())
 
     def critique_with_notes(self, prompt_text: str, images: list, steps: list[str],
                             threshold: float = 0.5, read: str = "note") -> tuple[str, list[float]]:
@@ -126,7 +156,7 @@ class StructuredDecoder:
         "says" (`critique.gold_critique`), which the decoder writes."""
         import math
 
-        prompt = self._prefill(prompt_text, images)
+        context = self._prefill(prompt_text, images)
         out, p_correct = '{"steps": [', []
         for k, step in enumerate(steps, 1):
             out += ("" if k == 1 else ", ") + f'{{"step": {k}, '
@@ -134,34 +164,34 @@ class StructuredDecoder:
                 out += '"says": ' + json.dumps(step, ensure_ascii=False) + ", "
             out += '"shows": "'
             if read == "verdict":
-                out += self.continue_until_quote(prompt, out, self.max_note_tokens) + NOTE_END
-                true, false = (float(self._logprobs(prompt, out, verdict).sum()) for verdict in VERDICTS)
+                out += self.continue_until_quote(context, out, self.max_note_tokens) + NOTE_END
+                true, false = (float(self._logprobs(context, out, verdict).sum()) for verdict in VERDICTS)
                 p_correct.append(1.0 / (1.0 + math.exp(false - true)))
             else:
-                p_correct.append(self.text_probability(prompt, out, step))
-                out += self.continue_until_quote(prompt, out) + NOTE_END
+                p_correct.append(self.text_probability(context, out, step))
+                out += self.continue_until_quote(context, out) + NOTE_END
             verdict = VERDICTS[0] if p_correct[-1] >= threshold else VERDICTS[1]
             out += verdict
             if verdict == VERDICTS[1]:
                 out += ', "explanation": "'
-                out += self.continue_until_quote(prompt, out) + '"'
+                out += self.continue_until_quote(context, out) + '"'
             out += "}"
         out += '], "answer_correct":'
-        out += self.choose(prompt, out) + "}"
+        out += self.choose(context, out) + "}"
         return out, p_correct
 
     def critique(self, prompt_text: str, images: list, n_steps: int) -> str:
         """The critique JSON for a chain of `n_steps` steps; `prompt_text` ends with the generation prompt."""
-        prompt = self._prefill(prompt_text, images)
+        context = self._prefill(prompt_text, images)
         out = '{"steps": ['
         for k in range(1, n_steps + 1):
             out += ("" if k == 1 else ", ") + f'{{"step": {k}, "correct":'
-            verdict = self.choose(prompt, out)
+            verdict = self.choose(context, out)
             out += verdict
             if verdict == " false":
                 out += ', "explanation": "'
-                out += self.continue_until_quote(prompt, out) + '"'
+                out += self.continue_until_quote(context, out) + '"'
             out += "}"
         out += '], "answer_correct":'
-        out += self.choose(prompt, out) + "}"
+        out += self.choose(context, out) + "}"
         return out
