@@ -115,6 +115,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                              "after the retries): the chains and questions they leave unjudged are left out of every "
                              "judge's metrics and named in the report (default: stop with exit 2; a rerun asks them "
                              "again)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="ask up to N judges at once, each in a worker process with its share of the cores: a "
+                             "small local critic keeps about one core busy (default 1)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument("--list-judges", action=ListJudges, help="list the judge kinds and exit")
     return parser
@@ -148,6 +151,8 @@ def main(args: argparse.Namespace) -> int:
     """Run the evaluation. Bad input raises `EvalError`, which `stepcritic` prints as one line (exit 2)."""
     if args.limit is not None and args.limit < 1:
         raise EvalError("--limit must be at least 1")
+    if args.jobs < 1:
+        raise EvalError("--jobs must be at least 1")
     if not os.path.exists(args.chains):  # checked before any judge is built, for a fast answer
         raise EvalError(f"chains not found: {args.chains}")
     settings = rpts_settings(args)
@@ -174,7 +179,7 @@ def main(args: argparse.Namespace) -> int:
                             matcher=matcher, progress=not args.no_progress, rpts=settings, tree_builder=builder,
                             corrector=corrector, sweep={"dev_fraction": args.sweep_dev, "seed": args.sweep_seed},
                             best_of_n={"max_subsets": args.bon_subsets}, allow_failures=args.allow_failures,
-                            pairwise={"score": args.pairwise_score}))
+                            pairwise={"score": args.pairwise_score}, jobs=args.jobs))
     except FailedRequests:
         raise  # its message says what a rerun does
     except EvalError as e:

@@ -37,3 +37,4 @@ class EvalConfig:
     # report even when some requests got no answer, leaving the chains and questions they leave unjudged out
     allow_failures: bool = False
     pairwise: dict | None = None  # {"score": "chain" / "min" / "mean" / "last"} of the pairwise task; None: "chain"
+    jobs: int = 1  # judges asked at once, each in a worker process (`eval/parallel.py`)

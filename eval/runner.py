@@ -419,8 +419,15 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers:
                                                             config.tree_builder, rpts.clues, progress)}
     elif config.tree_builder is not None or any(hasattr(j, "bind_trees") for j in judges):
         raise EvalError("a tree builder or an RPTS scorer only serves RPTS: add --tasks rpts")
-    runs = {judge.name: run_judge(judge, plan.decoded if judge.needs_images else plan.plain, gold, questions, out_dir,
-                                  wants_critiques, progress, wants_verifier) for judge in judges}
+    args = (gold, questions, out_dir, wants_critiques, progress, wants_verifier)
+    if config.jobs > 1 and len(judges) > 1:
+        from stepcritic.eval import parallel
+
+        runs = parallel.run_judges(judges, config.jobs, config.chains, config.limit,
+                                   {True: plan.decoded, False: plan.plain}, args)
+    else:
+        runs = {judge.name: run_judge(judge, plan.decoded if judge.needs_images else plan.plain, *args)
+                for judge in judges}
     failures = {name: run.pop("failures") for name, run in runs.items()}
     if failed.any_failed(failures) and not config.allow_failures:
         for name, run in runs.items():
