@@ -18,9 +18,8 @@ from collections import namedtuple
 # sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install) and --quick (target < 3 min, used
 # by a test). Both critics start from the shipped pretrained base (stepcritic/train/tiny/base), so the minutes go to
 # turning a base into a critic, most of them to the PRM: 1,000 steps read colours and kinds that 600 did not
-# (docs/experiments.md, section 6). A writer that writes notes and explanations takes 40 s more to judge than one
-# that calls every step correct, which puts the demo just over its 15 minutes; 900 PRM steps and 150 writer
-# steps fit, and lost 0.15 of the PRM's step F1 and all of the writer's (section 17).
+# (docs/experiments.md, section 6). 900 PRM steps and 150 writer steps lost 0.15 of the PRM's step F1 and all of
+# the writer's (section 17); the evaluation, in half its former time (section 18), leaves room for 1,000 and 160.
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
