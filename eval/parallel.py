@@ -26,13 +26,13 @@ def _start_worker(threads: int) -> None:
         os.environ[variable] = str(threads)
 
 
-def _ask(spec: str, chains: str, limit: int | None, decode: bool, args: tuple) -> dict:
-    from stepcritic.eval import runner
+def _ask(run, load, spec: str, chains: str, limit: int | None, decode: bool, args: tuple) -> dict:
+    from stepcritic.eval.judges.registry import build_judge
 
     try:
-        judge = runner.build_judge(spec)
+        judge = build_judge(spec)
         try:
-            return runner.run_judge(judge, runner.load_dataset(chains, decode, limit), *args)
+            return run(judge, load(chains, decode, limit), *args)
         finally:
             judge.close()
     except UserError as e:  # the one-line message travels; the exception class may not unpickle
@@ -43,7 +43,7 @@ def _ask(spec: str, chains: str, limit: int | None, decode: bool, args: tuple) -
 
 def rebuilds(judge) -> bool:
     """Whether `build_judge(judge.spec)` makes the same judge (same class, same fingerprint)."""
-    from stepcritic.eval.runner import build_judge
+    from stepcritic.eval.judges.registry import build_judge
 
     if hasattr(judge, "bind_trees"):
         return False
@@ -57,15 +57,15 @@ def rebuilds(judge) -> bool:
         twin.close()
 
 
-def run_judges(judges: list, jobs: int, chains: str, limit: int | None, datasets: dict, args: tuple) -> dict:
-    """`{judge.name: runner.run_judge(...)}` for every judge, up to `jobs` of them at once. `datasets` maps
-    `needs_images` to the loaded chains (for the judges asked here), `args` are `run_judge`'s arguments after the
-    dataset, with progress bars off in the workers (their bars would interleave)."""
+def run_judges(run, load, judges: list, jobs: int, chains: str, limit: int | None, datasets: dict,
+               args: tuple) -> dict:
+    """`{judge.name: run(judge, dataset, *args)}` for every judge, up to `jobs` of them at once: `run` is
+    `runner.run_judge` and `load` `runner.load_dataset` (handed over, so that this module does not import the
+    runner that imports it). `datasets` maps `needs_images` to the loaded chains for the judges asked here; the
+    workers load their own, with progress bars off (their bars would interleave)."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
     from multiprocessing import get_context
-
-    from stepcritic.eval.runner import run_judge
 
     apart = [judge for judge in judges if rebuilds(judge)]
     here = [judge for judge in judges if judge not in apart]
@@ -74,18 +74,18 @@ def run_judges(judges: list, jobs: int, chains: str, limit: int | None, datasets
     runs = {}
     with ProcessPoolExecutor(min(jobs, len(apart)) or 1, mp_context=get_context("spawn"), initializer=_start_worker,
                              initargs=(threads,)) as pool:
-        futures = {judge.name: pool.submit(_ask, judge.spec, chains, limit, judge.needs_images, quiet)
+        futures = {judge.name: pool.submit(_ask, run, load, judge.spec, chains, limit, judge.needs_images, quiet)
                    for judge in apart}
         for judge in here:
-            runs[judge.name] = run_judge(judge, datasets[judge.needs_images], *args)
+            runs[judge.name] = run(judge, datasets[judge.needs_images], *args)
         for name, future in futures.items():
             try:
-                run = future.result()
+                result = future.result()
             except BrokenProcessPool as e:
                 raise EvalError(f"judge {name!r}: its worker process died ({e}); a script that evaluates with jobs > 1 "
                                 "must do so under `if __name__ == \"__main__\":`, since each worker imports the "
                                 "script again") from None
-            if "error" in run:
-                raise EvalError(run["error"])
-            runs[name] = run
+            if "error" in result:
+                raise EvalError(result["error"])
+            runs[name] = result
     return {judge.name: runs[judge.name] for judge in judges}

@@ -423,7 +423,7 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers:
     if config.jobs > 1 and len(judges) > 1:
         from stepcritic.eval import parallel
 
-        runs = parallel.run_judges(judges, config.jobs, config.chains, config.limit,
+        runs = parallel.run_judges(run_judge, load_dataset, judges, config.jobs, config.chains, config.limit,
                                    {True: plan.decoded, False: plan.plain}, args)
     else:
         runs = {judge.name: run_judge(judge, plan.decoded if judge.needs_images else plan.plain, *args)
