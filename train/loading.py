@@ -72,9 +72,8 @@ def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, re
                 merged: bool = False, **init_kwargs):
     """(model, processor) from `path`. An adapter folder comes back as a `PeftModel` (adapter trainable only when
     `trainable`), or with `merged` as its base with the adapter merged in, for judging: a LoRA layer kept apart runs
-    three matrix products where a merged one runs one: the demo's critique writer (a LoRA adapter) judged its 200
-    chains in 80 s merged, 110 s unmerged. `dtype` and `init_kwargs` go to `from_pretrained` (a torch dtype, its
-    name, or "auto")."""
+    three matrix products where a merged one runs one (docs/experiments.md, section 17). `dtype` and `init_kwargs`
+    go to `from_pretrained` (a torch dtype, its name, or "auto")."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     path = str(path)
