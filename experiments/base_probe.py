@@ -74,6 +74,9 @@ def main(argv=None) -> int:
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPUs with avx512_bf16)")
     parser.add_argument("--scenes", choices=("random", "synth"), default="random",
                         help="random: 1-6 shapes, as in pre-training (default); synth: the synthetic chains' scenes")
+    parser.add_argument("--after", type=int, default=0, metavar="N",
+                        help="ask each question after N other questions about its scene, answered right (a "
+                             "critic's checks come that deep in its conversation)")
     parser.add_argument("--checks", metavar="CHAINS_DIR",
                         help="ask the step checks of these synthetic chains instead (e.g. a held-out synth folder)")
     parser.add_argument("--limit", type=int, default=400, help="--checks: questions asked at most (default 400)")
@@ -91,7 +94,7 @@ def main(argv=None) -> int:
             print(json.dumps(check_probe(model, processor, load_chains(args.checks), args.limit), indent=2))
             return 0
         print(json.dumps(probe(model, processor, args.per_question, args.caption, scenes=args.scenes,
-                                     say_first=args.say_first), indent=2))
+                               say_first=args.say_first, after=args.after), indent=2))
     return 0
 
 

@@ -231,3 +231,53 @@ def test_a_run_resumed_with_other_settings_records_each_phase_from_its_first_ste
     other = dict(first, question_weights="bigger=3")
     assert phases(str(tmp_path), other, 9250) == [{"from_step": 0, "settings": first},
                                                   {"from_step": 9250, "settings": other}]
+
+
+def test_questions_per_scene_is_a_number_or_a_range_drawn_per_conversation(fresh, tmp_path, capsys):
+    """A base asked only 6 questions a scene reads its picture worse by the 12th; `--questions 6-20` trains it as
+    deep as a critic's conversation goes. What it protects: the range is honoured, and a bad one is one line."""
+    from transformers import AutoProcessor
+
+    from stepcritic.train.tiny import base_pretrain
+    from stepcritic.train.tiny.base_pretrain import SceneConversations, parse_questions
+
+    assert parse_questions("6") == 6 and parse_questions("8-20") == (8, 20)
+    for bad in ("many", "20-8", "0"):
+        with pytest.raises(ValueError):
+            parse_questions(bad)
+    source = SceneConversations(AutoProcessor.from_pretrained(fresh), 0, 96, n_questions=(2, 5))
+    asked = {sum(m["role"] == "assistant" for m in c) for c in source.conversations(random.Random(0), 40)}
+    # the captioned ones answer one more turn ("Describe the image.")
+    assert min(asked) == 2 and asked <= {2, 3, 4, 5, 6} and len(asked) >= 4
+    args = base_pretrain.make_parser().parse_args(["--out", str(tmp_path / "run"), "--questions", "20-8"])
+    assert base_pretrain.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --questions: expected 1 <= low <= high") and "\n" not in err
+
+
+def test_the_deep_probe_asks_each_question_after_n_answered_ones_about_its_scene(monkeypatch):
+    """`probe(after=n)` (`base_probe --after n`): the probed question is the last of n + 1 about one image, the
+    earlier ones answered; `after=0` draws exactly what the probe always drew, so older cards still reproduce."""
+    import types
+
+    from stepcritic.train.tiny import base_pretrain
+
+    seen = []
+
+    def answered(model, processor, conversations):
+        seen.append(conversations)
+        return [True] * len(conversations)
+
+    monkeypatch.setattr(base_pretrain, "answered", answered)
+    model = types.SimpleNamespace(eval=lambda: None)
+    base_pretrain.probe(model, None, per_question=3, say_first=True)
+    base_pretrain.probe(model, None, per_question=3, say_first=True, after=4)
+    alone, deep = seen[:13], seen[13:]
+    assert all(len(c) == 2 for batch in alone for c in batch)
+    for batch in deep:
+        for c in batch:
+            assert [m["role"] for m in c] == ["user", "assistant"] * 5
+            assert sum(part["type"] == "image" for m in c for part in m["content"]) == 1  # on the first turn
+    seen.clear()
+    base_pretrain.probe(model, None, per_question=3, say_first=True)
+    assert seen == alone

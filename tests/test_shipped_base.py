@@ -59,3 +59,24 @@ def test_install_writes_weights_fingerprint_and_card(tmp_path, monkeypatch):
     (run / "pretraining.json").write_text(json.dumps(record))
     with pytest.raises(SystemExit, match="resume it"):
         shipped.install(str(run))
+
+
+def test_the_card_gives_long_conversations_and_the_deep_probe(tmp_path, monkeypatch):
+    """A base pre-trained on longer conversations says so in its command and data mix, and its card shows each kind
+    asked deep in a conversation beside the plain probe. What it protects: the card's command reruns the run."""
+    from stepcritic.train.tiny import build_tiny_critic, shipped
+
+    run = tmp_path / "run"
+    build_tiny_critic(run / "model")
+    settings = {"steps": 10, "batch_size": 8, "vision_steps": 0, "learning_rate": 3e-4, "seed": 1, "threads": 1,
+                "questions": "6-20", "ramp": 0.0, "say_first": True}
+    probe = {"colour": 1.0, "relation": 0.95}
+    record = {"settings": settings, "steps": 10, "planned_steps": 10, "seconds": 36.0, "history": [],
+              "probe": probe, "probe_deep": {"after": 15, "accuracy": {"colour": 0.9, "relation": 0.25}}}
+    (run / "pretraining.json").write_text(json.dumps(record))
+    monkeypatch.setattr(shipped, "FOLDER", tmp_path / "base")
+    card = (shipped.install(str(run)) / "README.md").read_text()
+    assert "--questions 6-20 --ramp 0.0 --say-first" in card
+    assert "6 to 20 questions a conversation instead, scenes of every size from its first step" in card
+    assert "| accuracy | after 15 other questions | target |" in card
+    assert "| 0.950 | 0.250 | met (>= 0.9) |" in card and "`--after 15`" in card

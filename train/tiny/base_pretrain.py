@@ -64,6 +64,18 @@ def excluded_scenes(seeds=HELD_OUT_SEEDS, n: int = HELD_OUT_CHAINS) -> frozenset
     return frozenset(keys)
 
 
+def parse_questions(text: str) -> int | tuple[int, int]:
+    """"6" -> 6; "8-20" -> (8, 20), drawn per conversation."""
+    low, _, high = str(text).partition("-")
+    try:
+        bounds = (int(low), int(high or low))
+    except ValueError:
+        raise ValueError(f"expected a number or a range such as 8-20, got {text!r}") from None
+    if not 1 <= bounds[0] <= bounds[1]:
+        raise ValueError(f"expected 1 <= low <= high, got {text!r}")
+    return bounds if high else bounds[0]
+
+
 def max_items_at(step: int, steps: int, start: int = 2, end: int = 6, ramp: float = 0.3) -> int:
     """The curriculum: most shapes a scene may have at `step` (1 to this many, uniformly)."""
     if steps <= 0 or step >= ramp * steps:
@@ -74,13 +86,14 @@ def max_items_at(step: int, steps: int, start: int = 2, end: int = 6, ramp: floa
 class SceneConversations:
     """Encoded scene conversations; batch `step` depends only on (seed, step, batch_size, steps)."""
 
-    def __init__(self, processor, seed: int, image_size: int, n_questions: int = 6, exclude: frozenset = frozenset(),
+    def __init__(self, processor, seed: int, image_size: int, n_questions: int | tuple[int, int] = 6,
+                 exclude: frozenset = frozenset(),
                  words: bool = False, induction_steps: int = 0, weights: dict | None = None,
-                 synth_scenes: float = 0.0, balance_counts: bool = False, say_first: bool = False):
+                 synth_scenes: float = 0.0, balance_counts: bool = False, say_first: bool = False, ramp: float = 0.3):
         self.say_first = say_first
         self.processor, self.seed, self.image_size, self.n_questions = processor, seed, image_size, n_questions
         self.exclude, self.words, self.induction_steps, self.weights = exclude, words, induction_steps, weights
-        self.synth_scenes, self.balance_counts = synth_scenes, balance_counts
+        self.synth_scenes, self.balance_counts, self.ramp = synth_scenes, balance_counts, ramp
 
     def conversations(self, rng: random.Random, n: int, max_items: int = 6, scenes: list | None = None) -> list:
         """`n` encoded-ready conversations; their scenes' items are appended to `scenes` when given."""
@@ -91,7 +104,9 @@ class SceneConversations:
 
         out = []
         while len(out) < n:
-            messages, png, items = conversation(rng, self.n_questions, self.image_size, max_items=max_items,
+            # a range is drawn per conversation; a plain number draws nothing, so older runs' data stay as they were
+            questions = rng.randint(*self.n_questions) if isinstance(self.n_questions, tuple) else self.n_questions
+            messages, png, items = conversation(rng, questions, self.image_size, max_items=max_items,
                                                 with_items=True, weights=self.weights, synth_scenes=self.synth_scenes,
                                                 balance_counts=self.balance_counts, say_first=self.say_first)
             if scene_key(items) in self.exclude:
@@ -108,7 +123,8 @@ class SceneConversations:
         rng, scenes = random.Random(f"stepcritic-base/{self.seed}/{step}"), []
         if step < self.induction_steps:
             return repeated_word_batch(self.processor.tokenizer, rng, 2 * batch_size)
-        batch = encode(self.processor, self.conversations(rng, batch_size, max_items_at(step, steps), scenes))
+        batch = encode(self.processor, self.conversations(rng, batch_size, max_items_at(step, steps, ramp=self.ramp),
+                                                          scenes))
         if self.words:
             from stepcritic.train.tiny.alignment import image_words
 
@@ -180,7 +196,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
                   align_weight: float = 0.0, align_steps: int = 0, induction_steps: int = 0,
                   question_weights: dict | None = None, synth_scenes: float = 0.0,
                   balance_counts: bool = False, silent_empty: bool = False, freeze_words: bool = False,
-                  say_first: bool = False) -> dict:
+                  say_first: bool = False, questions: int | tuple[int, int] = 6, ramp: float = 0.3) -> dict:
     """Train `model`'s language model and projector in place (vision tower frozen); returns the steps done, the
     last logged loss, the answer-token accuracy on fresh scenes, and the history of logged losses and probes.
 
@@ -229,7 +245,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
     model.to(device).train()
     source = SceneConversations(processor, seed, image_size, exclude=exclude, words=bool(align_weight or align_steps),
                                 induction_steps=induction_steps, weights=question_weights, synth_scenes=synth_scenes,
-                                balance_counts=balance_counts, say_first=say_first)
+                                balance_counts=balance_counts, say_first=say_first, n_questions=questions, ramp=ramp)
     start, loss_value, done = time.perf_counter(), float("nan"), first
     for step, batch in zip(range(first, steps), _stream(source, batch_size, workers, first, steps)):
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -253,7 +269,7 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
         out_of_time = max_seconds is not None and elapsed > max_seconds
         if done % log_every == 0 or done == steps or out_of_time:
             loss_value = loss.item()
-            entry = {"step": done, "loss": round(loss_value, 4), "max_items": max_items_at(step, steps),
+            entry = {"step": done, "loss": round(loss_value, 4), "max_items": max_items_at(step, steps, ramp=ramp),
                      "seconds": round(spent + elapsed, 1)}
             if probe_every and (done % probe_every == 0 or done == steps):
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -294,6 +310,8 @@ def pretrain_built(model, processor, on_gpu: bool, steps: int, seed: int = 0, im
 
 
 PROBE_SCENES = ("random", "synth")
+# a critic's last steps come about as deep in its conversation as a base's 16th question (300-450 tokens)
+DEEP_PROBE = 15
 
 
 def probe_scene(rng: random.Random, scenes: str = "random") -> list:
@@ -310,11 +328,12 @@ def probe_scene(rng: random.Random, scenes: str = "random") -> list:
 
 
 def probe(model, processor, per_question: int = 48, caption: bool = False, seed: int = 123,
-          scenes: str = "random", say_first: bool = False) -> dict:
+          scenes: str = "random", say_first: bool = False, after: int = 0) -> dict:
     """{question kind: accuracy} on `per_question` fresh scenes (`probe_scene`), each question alone with its
-    image (or, with `caption`, after the gold caption). An answer counts when every one of its tokens is the
-    model's argmax (teacher-forced); with `say_first`, the answers of a base pre-trained that way, their readings
-    included."""
+    image (or, with `caption`, after the gold caption; with `after`, after that many other questions about the
+    scene, answered right: a critic's conversation puts its checks that deep). An answer counts when every one of
+    its tokens is the model's argmax (teacher-forced); with `say_first`, the answers of a base pre-trained that
+    way, their readings included."""
     from trl.data_utils import prepare_multimodal_messages
 
     from stepcritic.data_prep.images import to_rgb
@@ -334,8 +353,12 @@ def probe(model, processor, per_question: int = 48, caption: bool = False, seed:
             if not asked:
                 continue
             question, answer = asked
-            messages = ([user_with_image("Describe the image."), assistant_turn(scene_qa.caption(items)),
-                         user_turn(question)] if caption else [user_with_image(question)])
+            messages = [user_with_image("Describe the image."), assistant_turn(scene_qa.caption(items))] \
+                if caption else []
+            for earlier, said in scene_qa.ask_many(rng, items, after, say_first=say_first) + [(question, None)]:
+                messages.append(user_turn(earlier) if messages else user_with_image(earlier))
+                if said is not None:
+                    messages.append(assistant_turn(said))
             conversations.append(prepare_multimodal_messages(messages + [assistant_turn(answer)],
                                                              images=[to_rgb(render_png(items))]))
         hits = answered(model, processor, conversations)
@@ -373,7 +396,13 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--out", required=True, help="run folder: checkpoints while training, the base at the end")
     parser.add_argument("--steps", type=int, default=6000, help="planned steps (the schedule's length)")
     parser.add_argument("--vision-steps", type=int, default=400, help="vision tower pre-training steps first")
-    parser.add_argument("--batch-size", type=int, default=16, help="scenes per step (6 questions each)")
+    parser.add_argument("--batch-size", type=int, default=16, help="scenes per step (--questions each)")
+    parser.add_argument("--questions", default="6",
+                        help="questions per scene, or a range drawn per scene (8-20): a base asked only 6 reads the "
+                             "picture worse by its 12th question, and a critic's conversation is that long")
+    parser.add_argument("--ramp", type=float, default=0.3,
+                        help="share of the steps over which scenes grow from 2 to 6 shapes (0: all sizes from the "
+                             "start, to continue a base)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
@@ -484,6 +513,14 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: --question-weights: {e}", file=sys.stderr)
         return 2
+    try:
+        questions = parse_questions(args.questions)
+    except ValueError as e:
+        print(f"error: --questions: {e}", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.ramp <= 1.0:
+        print(f"error: --ramp must be between 0 and 1, got {args.ramp}", file=sys.stderr)
+        return 2
     if args.lm == "smollm2" and args.patch_size != 32:
         print("error: --patch-size 16 is for the tiny language model (--lm tiny)", file=sys.stderr)
         return 2
@@ -533,7 +570,8 @@ def main(args: argparse.Namespace) -> int:
                            align_weight=args.align_weight, align_steps=args.align_steps,
                            induction_steps=args.induction_steps, bf16=args.bf16, question_weights=weights or None,
                            synth_scenes=args.synth_scenes, balance_counts=args.balance_counts,
-                           silent_empty=args.silent_empty, freeze_words=args.freeze_words, say_first=args.say_first)
+                           silent_empty=args.silent_empty, freeze_words=args.freeze_words, say_first=args.say_first,
+                           questions=questions, ramp=args.ramp)
     final = os.path.join(args.out, "model")
     model.save_pretrained(final)
     processor.save_pretrained(final)
@@ -541,7 +579,10 @@ def main(args: argparse.Namespace) -> int:
     if result["steps"] == args.steps:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             record["probe"] = probe(model, processor, per_question=96, seed=123, say_first=args.say_first)
-        logger.info("probe (96 fresh scenes per kind): %s", record["probe"])
+            record["probe_deep"] = {"after": DEEP_PROBE, "accuracy": probe(
+                model, processor, per_question=96, seed=123, say_first=args.say_first, after=DEEP_PROBE)}
+        logger.info("probe (96 fresh scenes per kind): %s; after %d other questions: %s", record["probe"],
+                    DEEP_PROBE, record["probe_deep"]["accuracy"])
     _write_record(args.out, record)
     print(f"{'finished' if result['steps'] == args.steps else 'stopped'} at step {result['steps']} of {args.steps}: "
           f"{final}")

@@ -16,10 +16,14 @@ KIND_NAMES = {
 TARGET = 0.90
 
 
-def probe_table(probe: dict) -> list[str]:
-    rows = ["| question kind | accuracy | target |", "|---|---|---|"]
+def probe_table(probe: dict, deep: dict | None = None) -> list[str]:
+    """The probe's rows; `deep` ({"after": n, "accuracy": {kind: accuracy}}) adds a column for each kind asked after
+    n other questions about its scene."""
+    extra = f" after {deep['after']} other questions |" if deep else ""
+    rows = [f"| question kind | accuracy |{extra} target |", "|---|---|---|" + ("---|" if deep else "")]
     for kind, accuracy in probe.items():
-        rows.append(f"| {KIND_NAMES.get(kind, kind)} (`{kind}`) | {accuracy:.3f} | "
+        later = f" {deep['accuracy'][kind]:.3f} |" if deep else ""
+        rows.append(f"| {KIND_NAMES.get(kind, kind)} (`{kind}`) | {accuracy:.3f} |{later} "
                     f"{'met' if accuracy >= TARGET else 'not met'} (>= {TARGET}) |")
     return rows
 
@@ -93,6 +97,8 @@ def command(settings: dict, run: str = "RUN") -> str:
             + (f" --patch-size {s['patch_size']}" if s.get("patch_size", 32) != 32 else "")
             + (" --silent-empty" if s.get("silent_empty") else "")
             + (" --freeze-words" if s.get("freeze_words") else "")
+            + (f" --questions {s['questions']}" if str(s.get("questions", 6)) != "6" else "")
+            + (f" --ramp {s['ramp']}" if s.get("ramp", 0.3) != 0.3 else "")
             + (" --say-first" if s.get("say_first") else ""))
 
 
@@ -162,6 +168,9 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
              + (", count and total questions asked about a subject drawn by its answer" if r["settings"].get(
                  "balance_counts") else "")
              for i, r in enumerate(runs, 1) if r["settings"].get("synth_scenes")]
+    longer = [f"run {i}: {str(r['settings']['questions']).replace('-', ' to ')} questions a conversation instead"
+              + (", scenes of every size from its first step" if r["settings"].get("ramp", 0.3) == 0 else "")
+              for i, r in enumerate(runs, 1) if str(r["settings"].get("questions", 6)) != "6"]
     offsets, done = [], 0
     for r in runs:
         offsets.append(done)
@@ -182,7 +191,7 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         f"- commit: `{meta.get('commit') or 'unknown'}`",
         f"- steps: vision tower {s['vision_steps']} (each image token classified into its cell's shape, colour, "
         f"size, row and column), then {language}{_first_steps(s)}, batch {s['batch_size']} "
-        f"scenes x 6 questions, AdamW" + ("" if many else f" lr {s['learning_rate']}") + " (warm-up, cosine to 10%), "
+        f"scenes, AdamW" + ("" if many else f" lr {s['learning_rate']}") + " (warm-up, cosine to 10%), "
         "vision tower frozen"
         + (", language model frozen but for its LoRA adapters, bfloat16 autocast" if smol else ""),
         f"- wall time: {hours:.2f} h of vision-language pre-training on {meta['hardware']}",
@@ -190,6 +199,7 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         "- data mix: a fresh rendered scene per conversation (1 to 2 shapes at first, up to 6 after 30% of the "
         f"steps of a run), a caption of every cell in 30% of conversations, then 6 questions {drawn} (yes/no "
         "questions true half of the time)" + ("; " + "; ".join(synth) if synth else "")
+        + ("; " + "; ".join(longer) if longer else "")
         + ("; every answer first says what it reads off the picture, then answers (\"circle red\", \"circle blue "
            "no\", \"circle 1 square 1 2\")" if s.get("say_first") else "") + ". No reasoning chain, "
         "step or correctness label, and "
@@ -203,9 +213,12 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         f"96{' --say-first' if s.get('say_first') else ''}`: each "
         "kind of question asked alone with a fresh scene of 1 to 6 shapes (no caption first); an answer counts when "
         "every token" + (", of the reading said first and of the answer," if s.get("say_first") else "")
-        + " is the model's first choice.",
+        + " is the model's first choice."
+        + (f" The second column asks each after {record['probe_deep']['after']} other questions about its scene, "
+           f"answered right (`--after {record['probe_deep']['after']}`), as deep as a critic's conversation puts its "
+           "checks." if record.get("probe_deep") else ""),
         "",
-        *probe_table(record["probe"]),
+        *probe_table(record["probe"], record.get("probe_deep")),
         "",
         "## Training curve",
         "",

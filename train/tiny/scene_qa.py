@@ -254,13 +254,20 @@ def conversation(rng: random.Random, n_questions: int = 6, image_size: int = 96,
     messages = []
     if rng.random() < caption_rate:
         messages = [user_with_image("Describe the image."), assistant_turn(caption(items))]
-    questions, mix = 0, [weights.get(k, 1.0) for k in KINDS] if weights else None
-    while questions < n_questions:
+    for question, answer in ask_many(rng, items, n_questions, weights, balance_counts, say_first):
+        messages += [user_turn(question) if messages else user_with_image(question), assistant_turn(answer)]
+    return (messages, render_png(items, image_size)) + ((items,) if with_items else ())
+
+
+def ask_many(rng: random.Random, items: list[Item], n: int, weights: dict | None = None, balance_counts: bool = False,
+             say_first: bool = False) -> list[tuple[str, str]]:
+    """`n` (question, answer) pairs about one scene, of kinds drawn as `conversation` says."""
+    asked_all, mix = [], [weights.get(k, 1.0) for k in KINDS] if weights else None
+    while len(asked_all) < n:
         # without weights, rng.choice: the draws (and so a base's data) stay as they were before weights existed
         kinds = BALANCED if balance_counts else QUESTIONS
         ask = rng.choices(kinds, weights=mix)[0] if mix else rng.choice(kinds)
         asked = ask(rng, items, say_first)
         if asked:
-            messages += [user_turn(asked[0]) if messages else user_with_image(asked[0]), assistant_turn(asked[1])]
-            questions += 1
-    return (messages, render_png(items, image_size)) + ((items,) if with_items else ())
+            asked_all.append(asked)
+    return asked_all
