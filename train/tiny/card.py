@@ -56,7 +56,8 @@ def stages(run_dir: str | Path) -> list[dict]:
     if installed:
         for r in installed.get("runs") or [installed]:
             public.append({"settings": r["settings"], "steps": r["steps"], "planned_steps": r["steps"],
-                           "seconds": r["seconds"], "history": r.get("history") or []})
+                           "seconds": r["seconds"], "history": r.get("history") or [],
+                           **({"phases": r["phases"]} if r.get("phases") else {})})
     for record in records:
         before = len(public)
         stage = {"settings": _public(record["settings"], before),

@@ -115,8 +115,9 @@ def install(run_dir: str, commit: str | None = None) -> Path:
             "hardware": f"{platform.machine()} CPU, {os.cpu_count()} cores, torch threads: {threads}",
             "settings": runs[-1]["settings"], "steps": record["steps"], "seconds": sum(r["seconds"] for r in runs),
             "probe": record["probe"]}
-    if len(runs) > 1:  # pre-trained in several runs, each continuing the last
-        meta["runs"] = [{k: r[k] for k in ("settings", "steps", "seconds", "history")} for r in runs]
+    if len(runs) > 1 or runs[0].get("phases"):  # several runs, each continuing the last, or a run resumed otherwise
+        meta["runs"] = [{k: r[k] for k in ("settings", "steps", "seconds", "history", "phases") if k in r}
+                        for r in runs]
     (FOLDER / META).write_text(json.dumps(meta, indent=2) + "\n")
     write_card(FOLDER, record, meta, runs=runs)
     return FOLDER
