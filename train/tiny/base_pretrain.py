@@ -310,7 +310,7 @@ def pretrain_built(model, processor, on_gpu: bool, steps: int, seed: int = 0, im
 
 
 PROBE_SCENES = ("random", "synth")
-# a critic's last steps come about as deep in its conversation as a base's 16th question (300-450 tokens)
+# a PRM's rows run to 300-450 tokens by their last steps; 16 questions about a scene come to about 500
 DEEP_PROBE = 15
 
 
