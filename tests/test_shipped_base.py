@@ -80,3 +80,8 @@ def test_the_card_gives_long_conversations_and_the_deep_probe(tmp_path, monkeypa
     assert "6 to 20 questions a conversation instead, scenes of every size from its first step" in card
     assert "| accuracy | after 15 other questions | target |" in card
     assert "| 0.950 | 0.250 | met (>= 0.9) |" in card and "`--after 15`" in card
+    from stepcritic.train.tiny import card as cards
+
+    # a run that only changed the ramp says so too; one with the defaults adds nothing to the data mix
+    assert cards._conversations({"ramp": 0.5}) == "scenes growing to 6 shapes over its first 50% of steps"
+    assert cards._conversations({"questions": "6", "ramp": 0.3}) == cards._conversations({}) == ""

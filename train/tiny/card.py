@@ -98,9 +98,28 @@ def command(settings: dict, run: str = "RUN") -> str:
             + (f" --patch-size {s['patch_size']}" if s.get("patch_size", 32) != 32 else "")
             + (" --silent-empty" if s.get("silent_empty") else "")
             + (" --freeze-words" if s.get("freeze_words") else "")
-            + (f" --questions {s['questions']}" if str(s.get("questions", 6)) != "6" else "")
-            + (f" --ramp {s['ramp']}" if s.get("ramp", 0.3) != 0.3 else "")
+            + (f" --questions {s['questions']}" if _questions(s) != "6" else "")
+            + (f" --ramp {s['ramp']}" if _ramp(s) != 0.3 else "")
             + (" --say-first" if s.get("say_first") else ""))
+
+
+def _questions(settings: dict) -> str:
+    return str(settings.get("questions", 6))  # runs from before `--questions` asked 6
+
+
+def _ramp(settings: dict) -> float:
+    return settings.get("ramp", 0.3)
+
+
+def _conversations(settings: dict) -> str:
+    """How a run's conversations differ from the default mix (6 questions, scenes growing over 30% of its steps)."""
+    parts = []
+    if _questions(settings) != "6":
+        parts.append(f"{_questions(settings).replace('-', ' to ')} questions a conversation instead")
+    if _ramp(settings) != 0.3:
+        parts.append("scenes of every size from its first step" if _ramp(settings) == 0 else
+                     f"scenes growing to 6 shapes over its first {_ramp(settings):.0%} of steps")
+    return ", ".join(parts)
 
 
 def run_command(run: dict, name: str = "RUN") -> str:
@@ -169,9 +188,7 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
              + (", count and total questions asked about a subject drawn by its answer" if r["settings"].get(
                  "balance_counts") else "")
              for i, r in enumerate(runs, 1) if r["settings"].get("synth_scenes")]
-    longer = [f"run {i}: {str(r['settings']['questions']).replace('-', ' to ')} questions a conversation instead"
-              + (", scenes of every size from its first step" if r["settings"].get("ramp", 0.3) == 0 else "")
-              for i, r in enumerate(runs, 1) if str(r["settings"].get("questions", 6)) != "6"]
+    longer = [f"run {i}: {text}" for i, r in enumerate(runs, 1) if (text := _conversations(r["settings"]))]
     offsets, done = [], 0
     for r in runs:
         offsets.append(done)
