@@ -696,7 +696,10 @@ def _chain_steps(question: Question, rng, scale: float) -> tuple[list[dict], lis
         step, note, value = _realise_claim(claim, said, wrong_before, faults.get(i), rng)
         if claim.template == "answer":  # an answer is checked by asking the question itself
             note.check = _qa(question.text, question.reference, question.reading)
-            note.claimed = question.claimed(value) if question.claimed else note.check
+            # a yes/no question's answer is claimed right when its yes or no is the image's: asked as such, so that
+            # its note too ends in yes exactly when the step is right
+            note.claimed = question.claimed(value) if question.claimed else note.check + _qa(
+                f"Is the answer {value}?", _yes(value == question.reference), question.reference)
         steps.append(step)
         notes.append(note)
         said.append(value)
@@ -739,7 +742,7 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
         # the same, answered as a base pre-trained with --say-first answers: what it reads, then the answer
         "step_checks_said": [worded(n.check, say_first=True) for n in notes],
         # what each step says, asked as yes/no questions and answered the same way: a step is right when every
-        # answer is yes ("Is the cross blue? cross red no.")
+        # answer is yes ("Is the cross blue? cross red no."), a yes/no question's answer when the last one is
         "step_claims_said": [worded(n.claimed, say_first=True) for n in notes],
         "independent_after_error": any(not w for w in wrong[first_wrong + 1:]),
         "error_propagated": any(n.fault == "propagated" for n in notes),

@@ -102,10 +102,11 @@ def test_said_checks_answer_as_the_said_first_base_was_pre_trained_to():
 
 
 def test_claim_notes_ask_what_the_step_says_and_are_all_yes_exactly_when_it_is_right():
-    # `--prm-notes claims-said`: a step's claims asked yes/no, so its verdict is whether every answer is yes (an
-    # answer to a yes/no question is compared with the step's own yes or no); the forms the base was pre-trained on
-    # must get the answers its pre-training gives
-    checked, matched = 0, 0
+    # `--prm-notes claims-said`: a step's claims asked yes/no, so its verdict is whether every answer is yes; an
+    # answer to a yes/no question asks the question, then whether the step's yes or no is the image's, so that its
+    # verdict too is a yes, not a comparison of two words; the forms the base was pre-trained on must get the
+    # answers its pre-training gives
+    checked, matched, yes_no = 0, 0, 0
     for c in synthesize(200, seed=4):
         meta = schema.chain_meta(c)
         taught = taught_answers(meta)
@@ -116,8 +117,11 @@ def test_claim_notes_ask_what_the_step_says_and_are_all_yes_exactly_when_it_is_r
             pairs = [(q.strip(), a) for q, a in QA.findall(claims)]
             assert pairs and not QA.sub("", claims).strip(), claims
             answers = [a.rsplit(" ", 1)[-1] for _, a in pairs]
-            if step["text"].startswith("So the answer is ") and step["text"][17:-1] in ("yes", "no"):
-                assert (answers[-1] == step["text"][17:-1]) == step["correct"], (step["text"], claims)
+            said = step["text"].removeprefix("So the answer is ").removesuffix(".")
+            if step["text"].startswith("So the answer is ") and said in ("yes", "no"):
+                yes_no += 1
+                assert pairs[-1][0] == f"Is the answer {said}?" and len(pairs) == 2, claims
+                assert (answers[-1] == "yes") == step["correct"], (step["text"], claims)
             else:
                 assert all(a == "yes" for a in answers) == step["correct"], (step["text"], claims)
             checked += 1
@@ -125,7 +129,7 @@ def test_claim_notes_ask_what_the_step_says_and_are_all_yes_exactly_when_it_is_r
                 if question in taught:
                     assert answer == taught[question], (question, answer, taught[question])
                     matched += 1
-    assert checked > 450 and matched > 300
+    assert checked > 450 and matched > 300 and yes_no > 50
 
 
 def test_check_notes_in_prm_rows(tmp_path):
