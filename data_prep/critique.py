@@ -51,7 +51,8 @@ def step_note(step: dict) -> str | None:
 # "check-said": the same questions answered as a base pre-trained with answers said first (`base_pretrain
 # --say-first`) answers them: what it reads off the image, then the answer (`meta.step_checks_said`). "claims-said":
 # what the step says, asked as yes/no questions and answered the same way (`meta.step_claims_said`: "Is the cross
-# blue? cross red no."), so that the verdict only has to see whether every answer is yes.
+# blue? cross red no."), so that the verdict only has to see whether every answer is yes (an answer to a yes/no
+# question: whether the last one, "Is the answer no?", is).
 NOTE_STYLES = ("rewrite", "check", "check-said", "claims-said")
 CHECK_STYLES = ("check", "check-said", "claims-said")  # notes whose verdict is read after them
 CHECK_KEYS = {"check": "step_checks", "check-said": "step_checks_said", "claims-said": "step_claims_said"}
