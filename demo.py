@@ -20,8 +20,8 @@ from collections import namedtuple
 # turning a base into a critic, most of them to the PRM: 1,000 steps read colours and kinds that 600 did not
 # (docs/experiments.md, section 6). 900 PRM steps and 150 writer steps lost 0.15 of the PRM's step F1 and all of
 # the writer's (section 17; one seed, and the PRM's seed alone moves its F1 by up to 0.14, section 20); the
-# evaluation, in half its former time (section 18), leaves room for 1,000 and 240: the writer's step F1 went 0.371,
-# 0.506, 0.569 at 160, 240, 320 SFT steps, each 80 more costing about 45 s (section 20).
+# evaluation, in half its former time (section 18), leaves room for 1,000 and 240: the writer gains with every 80 SFT
+# steps, each 80 costing about 45 s, and 320 would leave too little of the 15 minutes (section 20).
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
