@@ -136,6 +136,16 @@ def load_template(name_or_path: str | PromptTemplate) -> PromptTemplate:
         f"template {name_or_path!r} is neither a file nor a packaged template {packaged_templates()}")
 
 
+def template_record(template: PromptTemplate) -> dict:
+    """What a trained model keeps of the template its rows were built with (`template_from_record` reads it back):
+    its source, so that it is judged the way it was trained even where the template file is gone."""
+    return {"name": template.name, "source": template.source}
+
+
+def template_from_record(record: dict) -> PromptTemplate:
+    return _load_source(record["name"], record["source"])
+
+
 def template_hash(template: str | PromptTemplate) -> str:
     """Content hash of a template (recorded in dataset cards and judge fingerprints)."""
     return load_template(template).hash

@@ -116,3 +116,41 @@ def test_prm_training_never_shows_gold_judgements_in_the_input(trained_prm, tmp_
     assert (batch["input_ids"][judged] == plus).all()  # ...but every judgement slot's input is the placeholder
     # exactly the context PRMScorer builds for the same chains
     assert int(judged.sum()) == sum(len(row["messages"]) // 2 for row in (train_data[i] for i in range(4)))
+
+
+def test_a_prm_is_scored_with_the_template_its_rows_were_built_with(tmp_path):
+    # protects: a PRM trained on rows built with `--template` was judged with the default prompt, which it never saw
+    import json
+
+    from stepcritic.train.run import train
+
+    template = tmp_path / "mine.j2"
+    template.write_text("{% if step_number == 1 %}Q: {{ question }} Judge.\n{% endif %}S{{ step_number }}: {{ step }}")
+    build_dataset(chains(4), "prm-sft", str(tmp_path / "data"), test_fraction=0.25, template=str(template))
+    recipe = parse_recipe(os.path.join(RECIPES, "prm.yaml"), dict(
+        dataset_path=str(tmp_path / "data"), output_dir=str(tmp_path / "run"), max_steps=1,
+        per_device_train_batch_size=2, report_to="none", save_strategy="no"))
+    train(recipe)
+    with open(tmp_path / "run" / "config.json") as f:
+        assert json.load(f)["stepcritic_prm_template"]["source"] == template.read_text()
+    template.unlink()  # the model keeps the template's source: judging needs no file
+    scorer = PRMScorer.from_pretrained(str(tmp_path / "run"), batch_size=2)
+    text = scorer.processor.tokenizer.decode(scorer.encode(chains(2)[:1])["input_ids"][0])
+    assert "Judge." in text and "S1:" in text and "I will show you" not in text
+
+
+def test_the_default_template_is_not_recorded_and_a_changed_one_is_refused(tmp_path):
+    import json
+
+    from stepcritic.data_prep.contract import DataContractError
+    from stepcritic.train.prm import built_template
+
+    build_dataset(chains(4), "prm-sft", str(tmp_path / "plain"), test_fraction=0.25)
+    assert built_template(str(tmp_path / "plain")) is None
+    build_dataset(chains(4), "prm-sft", str(tmp_path / "brief"), test_fraction=0.25, template="prm_brief")
+    assert built_template(str(tmp_path / "brief")).name == "prm_brief"
+    stats = tmp_path / "brief" / "build_stats.json"
+    changed = dict(json.loads(stats.read_text()), template={"name": "prm_brief", "hash": "0" * 16})
+    stats.write_text(json.dumps(changed))
+    with pytest.raises(DataContractError, match=r"build_stats.json: template: .*'prm_brief'.* changed"):
+        built_template(str(tmp_path / "brief"))

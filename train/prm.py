@@ -53,6 +53,26 @@ def writes_notes(rows) -> bool:
     return False
 
 
+def built_template(dataset_path: str):
+    """The PRM prompt template the rows were built with, from the build's stats; None for the default one (and for
+    rows without stats). Raises DataContractError when that template has changed or gone since the build."""
+    from stepcritic.data_prep.contract import DataContractError
+
+    built = common.dataset_summary(dataset_path).get("template") or {}
+    name = built.get("name")
+    if not name or name == prompts.DEFAULT_TEMPLATES["prm"]:
+        return None
+    try:
+        template = prompts.load_template(name)
+    except FileNotFoundError:
+        template = None
+    if template is None or template.hash != built.get("hash"):
+        raise DataContractError(f"{dataset_path}/build_stats.json: template: its rows were built with {name!r} "
+                                f"(hash {built.get('hash')}), which is {'gone' if template is None else 'changed'} "
+                                "since; rebuild the data or restore the template")
+    return template
+
+
 def check_config(recipe) -> None:
     sft.check_config(recipe)
     if recipe.script_args.dataset_kind != "prm-sft":
@@ -69,6 +89,9 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     if notes and common.dataset_summary(recipe.script_args.dataset_path).get("prm_notes") in CHECK_STYLES:
         notes = "check"
     model.config.stepcritic_prm_notes = notes
+    template = built_template(recipe.script_args.dataset_path)
+    if template is not None:  # the scorer asks with it (a judge asked otherwise reads a prompt it never saw)
+        model.config.stepcritic_prm_template = prompts.template_record(template)
     model = common.prepare_model(recipe, model)
     if notes and common.is_peft(model) and not recipe.script_args.merge_adapter:
         raise ValueError("a note-writing PRM (prm-sft built with --prm-notes) trained through LoRA is scored from its "

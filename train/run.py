@@ -20,7 +20,7 @@ import logging
 import shutil
 import sys
 
-from stepcritic.train import common, fast_masks, preflight
+from stepcritic.train import common, fast_masks, length_groups, preflight
 
 METHOD_MODULES = {"sft": "sft", "prm": "prm", "dpo": "dpo", "reward": "reward", "grpo": "grpo"}
 
@@ -167,6 +167,8 @@ def train(recipe) -> dict:
     module = importlib.import_module(f"stepcritic.train.{METHOD_MODULES[method]}")
     model, processor = common.load_model(recipe)
     trainer = module.build_trainer(recipe, model, processor, train_data, eval_data)
+    if length_groups.install(trainer, train_data):
+        common.logger.info("group_by_length: rows grouped by the length of their text")
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     trainer.remove_callback(ProgressCallback)

@@ -108,7 +108,8 @@ class PRMScorer:
         self.last_notes: list[list[str]] = []
         fast_masks.install()
         self.processor = processor
-        self.template = template
+        recorded = getattr(model.config, "stepcritic_prm_template", None)  # what `method: prm` trained with
+        self.template = template or (prompts.template_from_record(recorded) if recorded else None)
         self.batch_size = batch_size
         tokenizer = processor.tokenizer
         self.positive_id = single_token_id(tokenizer, prompts.PRM_POSITIVE)
