@@ -182,7 +182,7 @@ def test_the_cli_takes_a_style_and_keeps_the_bare_flag(tmp_path, capsys):
             assert json.load(f)["prm_notes"] == want
 
 
-def test_a_check_note_prm_is_scored_by_its_verdict(tmp_path):
+def test_a_check_note_prm_is_scored_by_its_verdict(tmp_path, monkeypatch):
     # the config records the style, and the scorer reads P(+) where the model's own note ends
     import torch
 
@@ -206,6 +206,26 @@ def test_a_check_note_prm_is_scored_by_its_verdict(tmp_path):
     assert all(0.0 <= p <= 1.0 for row in scores for p in row)
     assert [len(n) for n in scorer.last_notes] == [len(c["steps"]) for c in synthetic[:3]]
     assert len({round(p, 6) for row in scores for p in row}) > 1  # read from the model, not a constant
+    from stepcritic.train import scoring
+
+    monkeypatch.setattr(scoring, "trusted_verdict", lambda p, sure: p)  # the verdict's own P(+)
+    raw = scorer.score(synthetic[:3])
+    assert [[p >= 0.5 for p in row] for row in raw] == [[p >= 0.5 for p in row] for row in scores]
+    assert raw != scores  # an untrained model's notes are doubtful: their verdicts were moved towards 1/2
+
+
+def test_a_check_verdict_is_trusted_as_far_as_its_note():
+    # protects the reading that ranks a PRM's steps: a sure note keeps its verdict, a doubtful one moves it to 1/2,
+    # and no verdict ever crosses 1/2, so thresholded verdicts (step F1) are those of P(+) itself
+    from stepcritic.train.scoring import trusted_verdict
+
+    assert trusted_verdict(0.98, 1.0) == pytest.approx(0.98) and trusted_verdict(0.98, 0.0) == 0.5
+    grid = [k / 20 for k in range(21)]
+    for sure in grid[1:]:  # never 0: the greedy token is at least as likely as any other
+        trusted = [trusted_verdict(p, sure) for p in grid]
+        assert trusted == sorted(trusted)  # the ranking among equally sure notes is kept
+        assert all((t > 0.5) == (p > 0.5) and (t < 0.5) == (p < 0.5) for t, p in zip(trusted, grid))
+    assert trusted_verdict(0.99, 0.4) < trusted_verdict(0.9, 0.95)  # a doubtful note ranks below a sure one
 
 
 def test_hand_made_chains_still_build_rewrite_notes(tmp_path):

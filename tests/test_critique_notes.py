@@ -83,7 +83,7 @@ def test_a_note_is_scored_on_the_tokens_the_critic_was_trained_on(base):
     assert merged_quote == (base == "smollm2")  # the case this protects exists, and only where the tokenizer merges
 
 
-def test_check_notes_in_critiques_and_their_verdicts_read_after_the_note(tmp_path):
+def test_check_notes_in_critiques_and_their_verdicts_read_after_the_note(tmp_path, monkeypatch):
     """`--critique-notes check`: under "shows", the questions that check the step with the image's answers; the
     judge (`notes=check`) writes its own note, then reads P(" true") against P(" false") right after it."""
     from datasets import load_from_disk
@@ -114,6 +114,13 @@ def test_check_notes_in_critiques_and_their_verdicts_read_after_the_note(tmp_pat
         assert parsed.valid and c.verdicts == [1 - p >= 0.5 for p in c.p_incorrect]
         assert [s["says"] for s in json.loads(c.raw)["steps"]] == [s["text"] for s in chain["steps"]]
         assert all(0.0 <= p <= 1.0 for p in c.p_incorrect)
+    from stepcritic.train import scoring
+
+    # P(" true") is trusted as far as the note before it, which moves it towards 1/2 but never across
+    monkeypatch.setattr(scoring, "trusted_verdict", lambda p, sure: p)
+    untrusted = judge.judge_batch(chains[:2])
+    assert [c.verdicts for c in untrusted] == [c.verdicts for c in judged]
+    assert [c.p_incorrect for c in untrusted] != [c.p_incorrect for c in judged]
     with pytest.raises(ValueError, match="notes='maybe'"):
         make_judge(f"hf:{tiny_critic_path()},structured=true,notes=maybe")
 

@@ -17,7 +17,12 @@ tokens, which a model trained from scratch learns far more slowly than the look-
 (docs/experiments.md); the verdict is still trained and ends each note. The greedy note and a `+` placeholder then
 stay in the context for later steps, as in training. A PRM whose notes check the step (`--prm-notes check`: questions
 about the image with its answers, `stepcritic_prm_notes: "check"`) is read from the verdict after its own note:
-P(`+`) against P(`-`) where the note ends, since the step's text is not what such a note would say.
+P(`+`) against P(`-`) where the note ends, since the step's text is not what such a note would say. That verdict
+is only as good as the note (a misread count or a copied wrong name makes it confidently wrong), so it is trusted as
+far as the note is: P(step correct) = c P(`+`) + (1 - c) / 2, where c is the least probability the model gave any
+token of its own greedy note. A note it was sure of keeps its verdict's probability; one it hesitated over moves
+towards 1/2. The verdict's side of 1/2, and so every thresholded verdict, stays as it was; only the ranking of
+steps (AUROC, best-of-n) changes.
 
 `StepCheckScorer` reads a model that was never trained as a critic: it asks each step "is this step correct given
 the image?" and reads P(yes), the prompted counterpart of a PRM.
@@ -35,6 +40,12 @@ from stepcritic.data_prep import prompts
 from stepcritic.data_prep.images import rgb_images
 from stepcritic.data_prep.schema import chain_images
 from stepcritic.train import fast_masks
+
+
+def trusted_verdict(p_correct: float, sure: float) -> float:
+    """A verdict's P(correct) trusted as far as the note before it: `sure` (the note's least likely token's
+    probability) of it, the rest 1/2 (the module's docstring). Never crosses 1/2."""
+    return sure * p_correct + (1.0 - sure) / 2
 
 
 def single_token_id(tokenizer, text: str) -> int:
@@ -204,7 +215,8 @@ class PRMScorer:
 
     def _write_notes(self, inputs, verdicts: bool = False):
         """Greedy notes for a left-padded batch, each cut where its verdict comes; with `verdicts`, also P(`+`)
-        against P(`-`) at that place (the model's own logits, before the forced-verdict rule)."""
+        against P(`-`) at that place (the model's own logits, before the forced-verdict rule), moved towards 1/2 as
+        far as the model doubted its note (the module's docstring)."""
         import torch
 
         ends = [self.positive_id, self.negative_id]
@@ -220,7 +232,9 @@ class PRMScorer:
             notes.append(self.processor.tokenizer.decode(row[:end], skip_special_tokens=True).strip())
             if verdicts:
                 pair = out.logits[end][b, ends].float().log_softmax(-1)
-                p_correct.append(float(pair[0].exp()))
+                sure = min((float(out.logits[k][b].float().softmax(-1)[token]) for k, token in enumerate(row[:end])),
+                           default=1.0)
+                p_correct.append(trusted_verdict(float(pair[0].exp()), sure))
         return (notes, p_correct) if verdicts else notes
 
     def _note_probabilities(self, inputs, steps: list[str]) -> list[float]:

@@ -51,6 +51,7 @@ class StructuredDecoder:
         self.tokenizer = processor.tokenizer
         self.max_explanation_tokens = max_explanation_tokens
         self.max_note_tokens = max(max_explanation_tokens, 64)  # a check note asks up to three questions
+        self.sure = 1.0  # how sure the model was of the last text it wrote (`continue_until_quote`)
         # every token that contains a double quote ends an explanation
         vocab = self.tokenizer.get_vocab()
         self.stop_ids = frozenset({i for i in vocab.values() if '"' in self.tokenizer.decode([i])}
@@ -109,19 +110,21 @@ class StructuredDecoder:
         return options[max(range(len(options)), key=scores.__getitem__)]
 
     def continue_until_quote(self, context: _Context, written: str, max_new_tokens: int | None = None) -> str:
-        """Greedy text after the critique `written` so far, up to (not including) the first double quote."""
+        """Greedy text after the critique `written` so far, up to (not including) the first double quote.
+        `self.sure` is then the least probability the model gave any of its tokens before that quote."""
         ids = self._ids(written)
         shared = self._shared(context.ids, ids)
         if shared == len(ids) == len(context.ids):
             last = context.last_logits
         else:
             last = self._run(context, ids, min(shared, len(ids) - 1))[-1]
-        new = []
+        new, self.sure = [], 1.0
         for _ in range(max_new_tokens or self.max_explanation_tokens):
             token = int(last.argmax())
             new.append(token)
             if token in self.stop_ids:
                 break
+            self.sure = min(self.sure, float(last.float().softmax(-1)[token]))
             last = self._run(context, ids + new, len(ids) + len(new) - 1)[-1]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         return text.split('"', 1)[0].strip().replace("\\", "")
@@ -150,11 +153,14 @@ class StructuredDecoder:
         """The critique JSON of a critic that writes what the image shows ("shows") before each verdict, and per
         step P(correct): with `read="note"`, the probability of the step's own text as that note
         (`text_probability`); with `read="verdict"` (check notes: questions about the image, answered), P(" true")
-        against P(" false") right after the critic's own note. The verdict written is that probability against
-        `threshold`, so the JSON says what the scores say; the note written is the critic's own (greedy), and
+        against P(" false") right after the critic's own note, moved towards 1/2 as far as the critic doubted that
+        note (`continue_until_quote`'s `sure`; it keeps its side of 1/2). The verdict written is that probability
+        against `threshold`, so the JSON says what the scores say; the note written is the critic's own (greedy), and
         stays in the context for the later steps, as in training. Check notes come after the step copied under
         "says" (`critique.gold_critique`), which the decoder writes."""
         import math
+
+        from stepcritic.train.scoring import trusted_verdict
 
         context = self._prefill(prompt_text, images)
         out, p_correct = '{"steps": [', []
@@ -163,10 +169,10 @@ class StructuredDecoder:
             if read == "verdict":  # a check note follows the step it checks, copied as in training
                 out += '"says": ' + json.dumps(step, ensure_ascii=False) + ", "
             out += '"shows": "'
-            if read == "verdict":
+            if read == "verdict":  # trusted as far as the note is, as a PRM's (`train/scoring.py`)
                 out += self.continue_until_quote(context, out, self.max_note_tokens) + NOTE_END
                 true, false = (float(self._logprobs(context, out, verdict).sum()) for verdict in VERDICTS)
-                p_correct.append(1.0 / (1.0 + math.exp(false - true)))
+                p_correct.append(trusted_verdict(1.0 / (1.0 + math.exp(false - true)), self.sure))
             else:
                 p_correct.append(self.text_probability(context, out, step))
                 out += self.continue_until_quote(context, out) + NOTE_END
