@@ -17,16 +17,16 @@ from collections import namedtuple
 
 # sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install) and --quick (target < 3 min, used
 # by a test). Both critics start from the shipped pretrained base (stepcritic/train/tiny/base), so the minutes go to
-# turning a base into a critic, most of them to the PRM: 1,000 steps read colours and kinds that 600 did not
-# (docs/experiments.md, section 6). 900 PRM steps and 150 writer steps lost 0.15 of the PRM's step F1 and all of
-# the writer's (section 17; one seed, and the PRM's seed alone moves its F1 by up to 0.14, section 20); the
-# evaluation, in half its former time (section 18), leaves room for 1,000 and 240: the writer gains with every 80 SFT
-# steps, each 80 costing about 45 s, and 320 would leave too little of the 15 minutes (section 20).
+# turning a base into a critic, most of them to the PRM. Its rows are asked briefly (`prm_brief`) and both critics'
+# rows are batched by length (the tiny recipes' `group_by_length`), which makes a step cheaper: 1,600 PRM steps cost
+# about what 1,000 did, and over three training seeds reached a higher step F1 than 1,000 steps of full-prompt rows
+# (docs/experiments.md, section 21; the seed alone moves it by up to 0.05 there, by up to 0.14 in section 20). The
+# writer gains with every 80 SFT steps (section 20) and, batched by length, trains 320 in about the time of 240.
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
 PLANS = {
-    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 1000, "sft_steps": 240, "dpo_steps": 10, "batch": 8,
+    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 1600, "sft_steps": 320, "dpo_steps": 10, "batch": 8,
              "train_error_rate": None},
     "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4,
               "train_error_rate": None},
@@ -45,14 +45,15 @@ SMOL_PLANS = {
 # per base: the recipe folder, how its judges load (SmolLM2's critics score in bfloat16, twice as fast), the notes
 # its critics write before each verdict (True: the step as the image has it, `--prm-notes`; "check": the questions
 # that check it, answered, `--prm-notes check`, which measured no better on SmolLM2: docs/experiments.md, section 13;
-# "claims-said": what the step says asked yes/no, answered as the tiny base answers, reading first: section 16), and
-# how the critique writer is made: the prompt template of its rows and of its judge, and whether its SFT starts from
+# "claims-said": what the step says asked yes/no, answered as the tiny base answers, reading first: section 16), the
+# prompt template of the PRM's rows (the trained PRM records it and is judged with it; None: `prm`), and how the
+# critique writer is made: the prompt template of its rows and of its judge, and whether its SFT starts from
 # the trained PRM, which already writes those notes, instead of the base. On the tiny base the default critique
 # prompt is three quarters of every row and the writer learnt nothing in 60 steps from the base (it called every
 # step correct); from the PRM, asked briefly, a step costs 2.5 times less (section 17).
-Base = namedtuple("Base", "folder judged notes writer_template writer_from_prm")
-BASES = {"tiny": Base("tiny", "", "claims-said", "critique_brief", True),
-         "smollm2": Base("tiny-smol", ",dtype=bfloat16", True, None, False)}
+Base = namedtuple("Base", "folder judged notes prm_template writer_template writer_from_prm")
+BASES = {"tiny": Base("tiny", "", "claims-said", "prm_brief", "critique_brief", True),
+         "smollm2": Base("tiny-smol", ",dtype=bfloat16", True, None, None, False)}
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
 TARGETS = {
     "prm_f1": 0.80, "prm_auroc": 0.90, "prm_kind_auroc": 0.85, "margin_over_prompted": 0.15,
@@ -208,7 +209,7 @@ def main(args: argparse.Namespace) -> int:
             # the PRM writes a note before its verdict (`data build --prm-notes`): a verdict alone is an XOR of
             # words and picture, which a small model learns too slowly (docs/experiments.md); so does the critique
             # writer, under "shows" before each verdict (`data build --critique-notes`)
-            options = {"prm_notes": notes} if kind == "prm-sft" else \
+            options = {"prm_notes": notes, "template": base_kind.prm_template} if kind == "prm-sft" else \
                 {"critique_notes": notes, "template": base_kind.writer_template}
             stats = build_dataset(chains, kind, os.path.join(data, kind), test_fraction=0.05, seed=args.seed,
                                   **options)

@@ -77,6 +77,12 @@ def test_golden_verifier(fixture_chain, task):
     check_golden(f"verifier_{task}", as_text(messages) + f"<<target>>\n{target}\n")
 
 
+def test_golden_brief_prm_with_notes(fixture_chain):
+    """The brief PRM prompt (`prm_brief`): the question and one line of rules, then a step per turn, each answered
+    with its note and verdict."""
+    check_golden("prm_brief_notes", as_text(prompts.prm_messages(fixture_chain, "prm_brief", notes=True)))
+
+
 def test_golden_prm_and_outcome(fixture_chain):
     check_golden("prm", as_text(prompts.prm_messages(fixture_chain)))
     prompt, completion = prompts.outcome_messages(fixture_chain)

@@ -1,11 +1,12 @@
 """`train_sampling_strategy: group_by_length` for conversational rows.
 
 Batches are padded to their longest row, and the rows of a critic's datasets differ in length by up to three times:
-the demo's critique rows spent 40% of each batch on padding, its PRM rows 22%. transformers' `LengthGroupedSampler`
-draws rows in random groups of up to 50 batches and sorts each group by length, so that a batch holds rows of about
-one length, but it needs each row's length: a `length` column, or `input_ids` to count. A vision critic's rows have
-neither (TRL tokenises them in the collator, with their images), so here a row's length is the characters of its
-text, which orders rows as their token counts do; the sampler gets those lengths, and the rows stay untouched.
+padded, a randomly drawn batch of the demo's critique rows holds 1.40 times their tokens, of its PRM rows 1.22
+times. transformers' `LengthGroupedSampler` draws rows in random groups of up to 50 batches and sorts each group by
+length, so that a batch holds rows of about one length, but it needs each row's length: a `length` column, or
+`input_ids` to count. A vision critic's rows have neither (TRL tokenises them in the collator, with their images),
+so here a row's length is the characters of its text, which orders rows as their token counts do; the sampler gets
+those lengths, and the rows stay untouched.
 """
 
 from __future__ import annotations
