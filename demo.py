@@ -21,7 +21,7 @@ from collections import namedtuple
 # rows are batched by length (the tiny recipes' `group_by_length`), which makes a step cheaper: 1,600 PRM steps cost
 # about what 1,000 did, and over three training seeds reached a higher step F1 than 1,000 steps of full-prompt rows
 # (docs/experiments.md, section 21; the seed alone moves it by up to 0.05 there, by up to 0.14 in section 20). The
-# writer gains with SFT steps (section 20): from this PRM, 0.477 at 320 and 0.593 at 480 (section 21), which fit.
+# writer gains with SFT steps (sections 20 and 21), and the faster PRM leaves time for 480.
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
