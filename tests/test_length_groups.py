@@ -46,3 +46,5 @@ def test_left_alone_unless_asked_or_when_rows_have_lengths():
     assert not length_groups.install(trainer(data, strategy="random"), data)
     tokenised = data.add_column("input_ids", [[1, 2]] * 8)  # transformers counts these itself
     assert not length_groups.install(trainer(tokenised), tokenised)
+    fewer = trainer(data.select(range(6)))  # a trainer that dropped rows: its lengths are not the dataset's
+    assert not length_groups.install(fewer, data)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 
+from stepcritic.train import common
+
 
 def text_length(value) -> int:
     """The characters of every string inside a row's value (messages, their content parts, prompt, completion)."""
@@ -41,6 +43,9 @@ def install(trainer, train_data) -> bool:
     rows = trainer.train_dataset
     if rows is not None and ({args.length_column_name, "input_ids"} & set(getattr(rows, "column_names", []))):
         return False  # transformers reads those itself
+    if rows is not None and len(rows) != len(train_data):  # a trainer that dropped rows: the lengths would not match
+        common.logger.warning("group_by_length: the trainer's rows are not the dataset's; batches drawn at random")
+        return False
     lengths = row_lengths(train_data)
     trainer._get_train_sampler = functools.partial(_sampler, trainer, lengths)
     return True
