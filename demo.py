@@ -18,7 +18,7 @@ from collections import namedtuple
 # sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install) and --quick (target < 3 min, used
 # by a test). Both critics start from the shipped pretrained base (stepcritic/train/tiny/base), so the minutes go to
 # turning a base into a critic, most of them to the PRM. Its rows are asked briefly (`prm_brief`) and both critics'
-# rows are batched by length (the tiny recipes' `group_by_length`), which makes a step cheaper: 1,600 PRM steps cost
+# rows are batched by length (`grouped`), which makes a step cheaper: 1,600 PRM steps cost
 # about what 1,000 did, and over three training seeds reached a higher step F1 than 1,000 steps of full-prompt rows
 # (docs/experiments.md, section 21; the seed alone moves it by up to 0.05 there, by up to 0.14 in section 20). The
 # writer gains with SFT steps (sections 20 and 21), and the faster PRM leaves time for 480.
@@ -51,9 +51,12 @@ SMOL_PLANS = {
 # the trained PRM, which already writes those notes, instead of the base. On the tiny base the default critique
 # prompt is three quarters of every row and the writer learnt nothing in 60 steps from the base (it called every
 # step correct); from the PRM, asked briefly, a step costs 2.5 times less (section 17).
-Base = namedtuple("Base", "folder judged notes prm_template writer_template writer_from_prm")
-BASES = {"tiny": Base("tiny", "", "claims-said", "prm_brief", "critique_brief", True),
-         "smollm2": Base("tiny-smol", ",dtype=bfloat16", True, None, None, False)}
+Base = namedtuple("Base", "folder judged notes prm_template writer_template writer_from_prm grouped")
+BASES = {"tiny": Base("tiny", "", "claims-said", "prm_brief", "critique_brief", True, True),
+         "smollm2": Base("tiny-smol", ",dtype=bfloat16", True, None, None, False, False)}
+# `grouped`: both critics' SFT draws batches of rows of about one length (`train/length_groups.py`); randomly drawn,
+# the tiny demo's rows padded hold 1.22 (PRM) and 1.40 (critique) times their tokens
+GROUPED = {"train_sampling_strategy": "group_by_length"}
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
 TARGETS = {
     "prm_f1": 0.80, "prm_auroc": 0.90, "prm_kind_auroc": 0.85, "margin_over_prompted": 0.15,
@@ -218,14 +221,15 @@ def main(args: argparse.Namespace) -> int:
 
     common = {"per_device_train_batch_size": plan["batch"], "seed": args.seed, "report_to": "none",
               "save_strategy": "no"}
+    grouped = GROUPED if base_kind.grouped else {}
     prm_dir = stages.run("train PRM critic", _train, "prm.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "prm-sft"), output_dir=os.path.join(models, "prm"),
-        max_steps=plan["prm_steps"]))
+        max_steps=plan["prm_steps"], **grouped))
     start = {"model_name_or_path": prm_dir, "tiny_model": False} if base_kind.writer_from_prm else {}
     sft_dir = stages.run("train critique SFT" + (" (from the PRM)" if start else ""), _train, "critique-sft.yaml",
                          folder, dict(common, dataset_path=os.path.join(data, "critique-sft"),
                                       output_dir=os.path.join(models, "critique-sft"), max_steps=plan["sft_steps"],
-                                      **start))
+                                      **grouped, **start))
     dpo_dir = stages.run("train critique DPO (from the SFT critic)", _train, "dpo.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "critique-pref"), output_dir=os.path.join(models, "critique-dpo"),
         model_name_or_path=sft_dir, tiny_model=False, max_steps=plan["dpo_steps"],
