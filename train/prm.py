@@ -53,12 +53,14 @@ def writes_notes(rows) -> bool:
     return False
 
 
-def built_template(dataset_path: str):
-    """The PRM prompt template the rows were built with, from the build's stats; None for the default one (and for
-    rows without stats). Raises DataContractError when that template has changed or gone since the build."""
+def built_template(dataset_path: str, summary: dict | None = None):
+    """The PRM prompt template the rows were built with, from the build's stats (`summary`, read when not given);
+    None for the default one (and for rows without stats). Raises DataContractError when that template has changed
+    or gone since the build."""
     from stepcritic.data_prep.contract import DataContractError
 
-    built = common.dataset_summary(dataset_path).get("template") or {}
+    summary = common.dataset_summary(dataset_path) if summary is None else summary
+    built = summary.get("template") or {}
     name = built.get("name")
     if not name or name == prompts.DEFAULT_TEMPLATES["prm"]:
         return None
@@ -86,10 +88,11 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     notes = writes_notes(train_data)
     from stepcritic.data_prep.critique import CHECK_STYLES
 
-    if notes and common.dataset_summary(recipe.script_args.dataset_path).get("prm_notes") in CHECK_STYLES:
+    summary = common.dataset_summary(recipe.script_args.dataset_path)
+    if notes and summary.get("prm_notes") in CHECK_STYLES:
         notes = "check"
     model.config.stepcritic_prm_notes = notes
-    template = built_template(recipe.script_args.dataset_path)
+    template = built_template(recipe.script_args.dataset_path, summary)
     if template is not None:  # the scorer asks with it (a judge asked otherwise reads a prompt it never saw)
         model.config.stepcritic_prm_template = prompts.template_record(template)
     model = common.prepare_model(recipe, model)
