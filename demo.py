@@ -21,12 +21,13 @@ from collections import namedtuple
 # rows are batched by length (`grouped`), which makes a step cheaper: 1,600 PRM steps cost
 # about what 1,000 did, and over three training seeds reached a higher step F1 than 1,000 steps of full-prompt rows
 # (docs/experiments.md, section 21; the seed alone moves it by up to 0.05 there, by up to 0.14 in section 20). The
-# writer gains with SFT steps (sections 20 and 21), and the faster PRM leaves time for 480.
+# writer gains with SFT steps (sections 20 to 22), and bfloat16 autocast, on a CPU that computes in it
+# (`cpu_has_bf16`), leaves time for 800 (section 22).
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
 PLANS = {
-    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 1600, "sft_steps": 480, "dpo_steps": 10, "batch": 8,
+    "full": {"n_train": 4000, "n_test": 200, "prm_steps": 1600, "sft_steps": 800, "dpo_steps": 10, "batch": 8,
              "train_error_rate": None},
     "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4,
               "train_error_rate": None},
@@ -57,6 +58,17 @@ BASES = {"tiny": Base("tiny", "", "claims-said", "prm_brief", "critique_brief", 
 # `grouped`: both critics' SFT draws batches of rows of about one length (`train/length_groups.py`); randomly drawn,
 # the tiny demo's rows padded hold 1.22 (PRM) and 1.40 (critique) times their tokens
 GROUPED = {"train_sampling_strategy": "group_by_length"}
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes in bfloat16 natively (avx512_bf16 or AMX). There bfloat16 autocast trains the tiny
+    critics about 1.4 times as fast as float32 to the same held-out numbers (docs/experiments.md, section 22);
+    elsewhere it is emulated, slower than float32, so the demo keeps float32 (the recipes' `bf16: false`)."""
+    import torch
+
+    cpu = getattr(torch, "cpu", None)
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(cpu, probe, lambda: False)()) for probe in probes)
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
 TARGETS = {
     "prm_f1": 0.80, "prm_auroc": 0.90, "prm_kind_auroc": 0.85, "margin_over_prompted": 0.15,
@@ -222,6 +234,9 @@ def main(args: argparse.Namespace) -> int:
     common = {"per_device_train_batch_size": plan["batch"], "seed": args.seed, "report_to": "none",
               "save_strategy": "no"}
     grouped = GROUPED if base_kind.grouped else {}
+    if cpu_has_bf16():  # SmolLM2's recipes already say so
+        common["bf16"] = True
+        print("  training in bfloat16 autocast (this CPU has bfloat16 instructions)")
     prm_dir = stages.run("train PRM critic", _train, "prm.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "prm-sft"), output_dir=os.path.join(models, "prm"),
         max_steps=plan["prm_steps"], **grouped))

@@ -97,3 +97,18 @@ def test_the_plans_training_error_rate_reaches_the_training_chains_only(tmp_path
     synthesise(dict(plan, train_error_rate=None), 0, str(tmp_path / "own"))
     assert wrong_share(tmp_path / "high" / "train-chains") > wrong_share(tmp_path / "own" / "train-chains") + 0.15
     assert wrong_share(tmp_path / "high" / "test-chains") == wrong_share(tmp_path / "own" / "test-chains")
+
+
+def test_bfloat16_only_where_the_cpu_computes_in_it(monkeypatch):
+    # emulated bfloat16 is slower than float32: a CPU without the instructions must keep the recipes' float32
+    import torch
+
+    from stepcritic.demo import cpu_has_bf16
+
+    for avx512_bf16, amx, expected in ((True, False, True), (False, True, True), (False, False, False)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v, raising=False)
+        assert cpu_has_bf16() is expected
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert cpu_has_bf16() is False  # a torch without the probes: float32, as before
