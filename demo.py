@@ -62,13 +62,15 @@ GROUPED = {"train_sampling_strategy": "group_by_length"}
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes in bfloat16 natively (avx512_bf16 or AMX). There bfloat16 autocast trains the tiny
-    critics about 1.4 times as fast as float32 to the same held-out numbers (docs/experiments.md, section 22);
+    critics 1.25 to 1.4 times as fast as float32 to the same held-out numbers (docs/experiments.md, section 22);
     elsewhere it is emulated, slower than float32, so the demo keeps float32 (the recipes' `bf16: false`)."""
     import torch
 
     cpu = getattr(torch, "cpu", None)
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(cpu, probe, lambda: False)()) for probe in probes)
+
+
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
 TARGETS = {
     "prm_f1": 0.80, "prm_auroc": 0.90, "prm_kind_auroc": 0.85, "margin_over_prompted": 0.15,
