@@ -62,8 +62,9 @@ GROUPED = {"train_sampling_strategy": "group_by_length"}
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes in bfloat16 natively (avx512_bf16 or AMX). There bfloat16 autocast trains the tiny
-    critics 1.25 to 1.4 times as fast as float32 to the same held-out numbers (docs/experiments.md, section 22);
-    elsewhere it is emulated, slower than float32, so the demo keeps float32 (the recipes' `bf16: false`)."""
+    critics 1.25 to 1.4 times as fast as float32 (with seed 0 to the same held-out numbers; docs/experiments.md,
+    section 22); elsewhere it is emulated, slower than float32, so the demo keeps float32 (the recipes'
+    `bf16: false`)."""
     import torch
 
     cpu = getattr(torch, "cpu", None)
