@@ -78,8 +78,8 @@ def test_golden_verifier(fixture_chain, task):
 
 
 def test_golden_brief_prm_with_notes(fixture_chain):
-    """The brief PRM prompt (`prm_brief`): the question and one line of rules, then a step per turn, each answered
-    with its note and verdict; the last step comes after the question again."""
+    """The brief PRM prompt (`prm_brief`): the question without rules, then a step per turn, each answered with its
+    note and verdict; the last step comes after the question again."""
     check_golden("prm_brief_notes", as_text(prompts.prm_messages(fixture_chain, "prm_brief", notes=True)))
 
 
