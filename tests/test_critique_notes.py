@@ -126,8 +126,9 @@ def test_check_notes_in_critiques_and_their_verdicts_read_after_the_note(tmp_pat
 
 
 def test_the_brief_critique_template_asks_the_same_in_far_fewer_words(tmp_path):
-    """`critique_brief` (for small critics trained on it) keeps the chain and the note instruction and drops the
-    rules and the format example that the training rows teach; a judge asked with it is cached apart."""
+    """`critique_brief` (for small critics trained on it) keeps the chain and one line asking for the critique, and
+    drops the rules, the format example and the note style that the training rows teach; a judge asked with it is
+    cached apart."""
     from stepcritic.data_prep import prompts
     from stepcritic.data_prep.synth import synthesize
     from stepcritic.eval.judges.registry import make_judge
@@ -137,14 +138,14 @@ def test_the_brief_critique_template_asks_the_same_in_far_fewer_words(tmp_path):
     full, brief = (prompts.critique_messages(chain, template, notes="claims-said")[0]["content"][-1]["text"]
                    for template in (None, "critique_brief"))
     assert len(brief) * 3 < len(full)
-    assert chain["question"] in brief and all(s["text"] in brief for s in chain["steps"]) and '"says"' in brief
+    assert chain["question"] in brief and all(s["text"] in brief for s in chain["steps"]) and '"says"' not in brief
     stats = build_dataset(chains, "critique-sft", str(tmp_path / "sft"), test_fraction=0.25,
                           critique_notes="claims-said", template="critique_brief")
     assert stats["critique_notes"] == "claims-said" and stats["template"]["name"] == "critique_brief"
     from datasets import load_from_disk
 
     asked = load_from_disk(str(tmp_path / "sft"))["train"][0]["messages"][0]["content"][-1]["text"]
-    assert asked.strip().endswith('under "shows".') and "How to judge a step" not in asked  # the rows ask briefly
+    assert asked.strip().endswith("against the image in JSON.") and "How to judge a step" not in asked  # the rows ask briefly
     judges = [make_judge(f"hf:somewhere,structured=true,notes=check{extra}")
               for extra in ("", ",template=critique_brief")]
     assert judges[0].fingerprint() != judges[1].fingerprint()
