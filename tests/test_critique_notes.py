@@ -145,7 +145,8 @@ def test_the_brief_critique_template_asks_the_same_in_far_fewer_words(tmp_path):
     from datasets import load_from_disk
 
     asked = load_from_disk(str(tmp_path / "sft"))["train"][0]["messages"][0]["content"][-1]["text"]
-    assert asked.strip().endswith("against the image in JSON.") and "How to judge a step" not in asked  # the rows ask briefly
+    # the rows ask briefly
+    assert asked.strip().endswith("against the image in JSON.") and "How to judge a step" not in asked
     judges = [make_judge(f"hf:somewhere,structured=true,notes=check{extra}")
               for extra in ("", ",template=critique_brief")]
     assert judges[0].fingerprint() != judges[1].fingerprint()
