@@ -149,7 +149,9 @@ def synth_card_text(stats: dict) -> str:
         "Load with `stepcritic.data_prep.schema.load_chains(<this folder>)`; the counts are in `stats.json`.", "",
         f"Options: n {stats['n']}, seed {stats['seed']}, level `{stats['level']}`, image size {stats['image_size']} "
         f"px, {stats['chains_per_question']} chains per question, error rate "
-        f"{'default' if stats.get('error_rate') is None else stats['error_rate']}.", "",
+        f"{'default' if stats.get('error_rate') is None else stats['error_rate']}"
+        + (f", own fault rates {', '.join(f'{k}={v}' for k, v in stats['fault_rates'].items())}"
+           if stats.get("fault_rates") else "") + ".", "",
         "## Counts", "",
         *_table(("what", "count"), counts), "",
         "## Groups", "",

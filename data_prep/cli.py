@@ -62,6 +62,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                    help="mean chance that a step of a faulty chain goes wrong on its own (default about 0.3; the "
                         "per-template rates are rescaled to it, 0 gives clean chains only). Training data with more "
                         "wrong steps keeps a note-writing critic from copying a step's value into its note")
+    p.add_argument("--fault-rates", default=None, metavar="TEMPLATE=RATE,...",
+                   help="replace some step templates' own chance of going wrong, e.g. bigger=0.75 (size claims wrong "
+                        "about half of the time, so that a claim's words say nothing about the sizes it claims)")
     p.add_argument("--out", required=True, help="output folder for the chains dataset")
     _output_options(p)
 
@@ -166,11 +169,13 @@ def main(args: argparse.Namespace) -> int:
                   f"{check['disagree']} disagree")
         return 0
     if args.data_command == "synth":
-        from stepcritic.data_prep.synth import check_options, synthesize_to_disk
+        from stepcritic.data_prep.synth import check_options, parse_fault_rates, synthesize_to_disk
 
         check_options(args.n, args.image_size, args.level, error_rate=args.error_rate)
+        rates = parse_fault_rates(args.fault_rates)
         stats = synthesize_to_disk(args.n, args.seed, args.out, image_size=args.image_size, level=args.level,
-                                   error_rate=args.error_rate, overwrite=args.overwrite, progress=progress)
+                                   error_rate=args.error_rate, overwrite=args.overwrite, progress=progress,
+                                   fault_rates=rates)
         print(f"synthesised {_summary(stats, SYNTH_SUMMARY)} -> {args.out}")
         return 0
     if args.data_command == "build":

@@ -15,6 +15,7 @@ the question and the other steps) tells them apart.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -669,15 +670,18 @@ def _insert(steps: list[dict], notes: list[Note], at: int, step: dict, note: Not
     notes.insert(at, note)
 
 
-def _choose_faults(question: Question, claims: list[Claim], scale: float, rng) -> tuple[dict[int, str], list[str]]:
+def _choose_faults(question: Question, claims: list[Claim], scale: float, rng,
+                   rates: dict | None = None) -> tuple[dict[int, str], list[str]]:
     """Step index -> "description"/"inter"/"intra", and the kinds of steps to insert.
 
     Every step goes wrong on its own, independently, so a template is not wrong more or less often
-    merely because of the chains it sits in.
+    merely because of the chains it sits in. `rates` ({template: rate}) replaces `OWN_FAULT_RATES` for its
+    templates; the draws are the same, so only those templates' outcomes change.
     """
     faults: dict[int, str] = {}
     for i, claim in enumerate(claims):
-        if claim.corrupt and rng.random() < scale * claim.own_fault_rate():
+        own = rates[claim.template] if rates and claim.template in rates else claim.own_fault_rate()
+        if claim.corrupt and rng.random() < scale * own:
             faults[i] = "inter" if claim.type == "reasoning" else "description"
         elif claim.contradict and rng.random() < scale * INTRA_FAULT_RATE:
             faults[i] = "intra"
@@ -687,9 +691,10 @@ def _choose_faults(question: Question, claims: list[Claim], scale: float, rng) -
     return faults, inserts[:MAX_STEPS - len(claims)]
 
 
-def _chain_steps(question: Question, rng, scale: float) -> tuple[list[dict], list[Note], Any]:
+def _chain_steps(question: Question, rng, scale: float,
+                 rates: dict | None = None) -> tuple[list[dict], list[Note], Any]:
     claims = question.plan(rng)
-    faults, inserts = _choose_faults(question, claims, scale, rng)
+    faults, inserts = _choose_faults(question, claims, scale, rng, rates)
     steps, notes, said = [], [], []
     for i, claim in enumerate(claims):
         wrong_before = {j for j, s in enumerate(steps) if not s["correct"]}
@@ -750,6 +755,29 @@ def _chain_meta(question: Question, notes: list[Note], steps: list[dict], seed: 
     }
 
 
+def parse_fault_rates(text: str | dict | None) -> dict[str, float]:
+    """`bigger=0.75,colour=0.5` (or such a dict) -> {template: rate}, each a template of `OWN_FAULT_RATES` and a
+    rate in [0, 1]; `SynthError` naming the bad part otherwise."""
+    if not text:
+        return {}
+    parts = text.items() if isinstance(text, dict) else (p.partition("=")[::2] for p in text.split(",") if p.strip())
+    rates = {}
+    for template, value in parts:
+        template = template.strip()
+        if template not in OWN_FAULT_RATES:
+            close = difflib.get_close_matches(template, OWN_FAULT_RATES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (templates: {', '.join(OWN_FAULT_RATES)})"
+            raise SynthError(f"--fault-rates: unknown template {template!r}{hint}")
+        try:
+            rate = float(value)
+        except (TypeError, ValueError):
+            raise SynthError(f"--fault-rates: {template}={value}: the rate must be a number") from None
+        if not 0 <= rate <= 1:
+            raise SynthError(f"--fault-rates: {template}={value}: the rate must be between 0 and 1")
+        rates[template] = rate
+    return rates
+
+
 def check_options(n: int, image_size: int = 96, level: str = "standard", chains_per_question: int = 3,
                   error_rate: float | None = None) -> None:
     """Raise `SynthError` (one line naming the option) for options `synthesize` cannot honour."""
@@ -767,7 +795,7 @@ def check_options(n: int, image_size: int = 96, level: str = "standard", chains_
 
 
 def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question: int = 3,
-               error_rate: float | None = None, level: str = "standard") -> list[dict]:
+               error_rate: float | None = None, level: str = "standard", fault_rates: dict | None = None) -> list[dict]:
     """`n` validated chains (schema.validate_chain) over rendered scenes; same arguments, same output.
 
     One chain of each group (when a group has several) is a clean reference, so a group
@@ -775,15 +803,18 @@ def synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question:
     a per-template chance (`OWN_FAULT_RATES`, about 0.3 on average); `error_rate` rescales those
     chances to that mean (0 gives only clean chains). Group g depends only on (seed, g), so a
     smaller `n` gives a prefix of a larger one. `level` picks the scenes' clutter and the question mix
-    (`LEVELS`: "standard", the default dataset, or "easy"). `iter_synthesize` yields the same chains one by one.
+    (`LEVELS`: "standard", the default dataset, or "easy"). `fault_rates` ({template: rate}, `parse_fault_rates`)
+    replaces some templates' own rates: training chains whose size claims are wrong half of the time say nothing
+    about sizes in their words. `iter_synthesize` yields the same chains one by one.
     """
-    return list(iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level))
+    return list(iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level, fault_rates))
 
 
 def iter_synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_question: int = 3,
-                    error_rate: float | None = None, level: str = "standard"):
+                    error_rate: float | None = None, level: str = "standard", fault_rates: dict | None = None):
     """The chains of `synthesize`, one at a time (a group's chains one after another), holding none of them."""
     check_options(n, image_size, level, chains_per_question, error_rate)
+    rates = parse_fault_rates(fault_rates)
     scale = 1.0 if error_rate is None else error_rate / NOMINAL_FAULT_RATE
     made = 0
     for group in range(math.ceil(n / chains_per_question)):
@@ -794,7 +825,7 @@ def iter_synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_ques
         for k in range(chains_per_question):
             if made == n:
                 break
-            steps, notes, final = _chain_steps(question, rng, 0.0 if k == clean_reference else scale)
+            steps, notes, final = _chain_steps(question, rng, 0.0 if k == clean_reference else scale, rates)
             chain_id = f"synth-s{seed}-g{group:06d}-c{k}"
             record = {
                 "chain_id": chain_id, "source": "synthetic", "generator": "synth", "image": image,
@@ -881,7 +912,7 @@ def group_stats(chains: list[dict]) -> dict:
 
 def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, chains_per_question: int = 3,
                        error_rate: float | None = None, level: str = "standard", overwrite: bool = True,
-                       progress: bool = False) -> dict:
+                       progress: bool = False, fault_rates: dict | None = None) -> dict:
     """Generate, validate and save `n` chains with `schema.save_chains`, with `stats.json` (`label_stats` and
     the options) and a dataset card (README.md) next to them; returns the stats plus `out_dir`.
 
@@ -893,7 +924,7 @@ def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, ch
     counts = LabelStats()
     with outputs.staged(out_dir, overwrite) as target, bar(progress, "synth", total=n) as shown:
         def counted():
-            for chain in iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level):
+            for chain in iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level, fault_rates):
                 counts.add(chain)
                 shown.update()
                 yield chain
@@ -901,7 +932,7 @@ def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, ch
         schema.save_chains(counted(), target)  # written as they are made: memory does not grow with n
         stats = {"generator": "stepcritic.data_prep.synth", "n": n, "seed": seed, "image_size": image_size,
                  "chains_per_question": chains_per_question, "error_rate": error_rate, "level": level,
-                 **counts.result()}
+                 **({"fault_rates": rates} if (rates := parse_fault_rates(fault_rates)) else {}), **counts.result()}
         with open(os.path.join(target, schema.CHAINS_STATS_FILE), "w") as f:
             json.dump(stats, f, indent=2, sort_keys=True)
         write_synth_card(stats, os.path.join(target, "README.md"))

@@ -278,6 +278,46 @@ def test_error_rate_from_the_command_line_and_out_of_range(tmp_path, capsys):
     assert len(err) == 1 and "--error-rate must be between 0 and 1, got 1.5" in err[0]
 
 
+def _bigger_steps(chains):
+    return [step["correct"] for c in chains
+            for step, template in zip(c["steps"], schema.chain_meta(c)["step_templates"]) if template == "bigger"]
+
+
+def test_fault_rates_replace_one_templates_rate_and_leave_the_other_chains_as_they_were():
+    default, always = synth.synthesize(600, seed=2), synth.synthesize(600, seed=2, fault_rates="bigger=1")
+    never = synth.synthesize(600, seed=2, fault_rates={"bigger": 0.0})
+    wrong = {name: 1 - np.mean(_bigger_steps(c)) for name, c in (("default", default), ("always", always),
+                                                                 ("never", never))}
+    assert len(_bigger_steps(default)) > 40
+    # every faulty chain's size claim goes wrong at rate 1 (each group's clean reference chain stays right)
+    assert wrong["never"] < wrong["default"] < 0.4 < 0.6 < wrong["always"]
+    # the draws are the same: a chain without a size claim is the same chain
+    unsized = [i for i, c in enumerate(default) if "bigger" not in schema.chain_meta(c)["step_templates"]]
+    assert len(unsized) > 400
+    assert all(default[i] == always[i] == never[i] for i in unsized)
+
+
+def test_fault_rates_errors_name_the_part_and_the_command_line_records_them(tmp_path, capsys):
+    from stepcritic import cli
+
+    with pytest.raises(synth.SynthError, match="unknown template 'biger' \\(did you mean 'bigger'\\?\\)"):
+        synth.parse_fault_rates("biger=0.5")
+    with pytest.raises(synth.SynthError, match="bigger=x: the rate must be a number"):
+        synth.parse_fault_rates("bigger=x")
+    assert synth.parse_fault_rates(" bigger=0.75, colour=0 ") == {"bigger": 0.75, "colour": 0.0}
+    out = str(tmp_path / "sizes")
+    assert cli.main(["data", "synth", "--n", "30", "--fault-rates", "bigger=0.75", "--out", out]) == 0
+    with open(f"{out}/stats.json") as f:
+        assert json.load(f)["fault_rates"] == {"bigger": 0.75}
+    with open(f"{out}/README.md") as f:
+        assert "own fault rates bigger=0.75" in f.read()
+    capsys.readouterr()
+    assert cli.main(["data", "synth", "--n", "6", "--fault-rates", "bigger=2", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--fault-rates: bigger=2: the rate must be between 0 and 1" in err[0]
+    assert not (tmp_path / "x").exists()
+
+
 def test_synthesize_to_disk_round_trips(tmp_path):
     stats = synth.synthesize_to_disk(25, 3, str(tmp_path / "synth"), chains_per_question=2)
     ds = schema.load_chains(str(tmp_path / "synth"))

@@ -176,6 +176,10 @@ def load_splits(recipe):
     if problems:
         raise DataContractError(problems[0])
     train = _head(data[TRAIN], args.max_train_samples)
+    if args.rehearsal_path:
+        from stepcritic.train import rehearsal
+
+        train = rehearsal.mix(train, args.rehearsal_path, args.rehearsal_rows, recipe.training_args.seed)
     evaluation = None
     if args.eval_split and args.eval_split in data:
         evaluation = _head(data[args.eval_split], args.max_eval_samples)

@@ -75,6 +75,15 @@ class StepCriticArgs:
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use at most this many training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use at most this many evaluation rows."})
+    rehearsal_path: str | None = field(
+        default=None,
+        metadata={"help": "A dataset of chat rows (`messages`, `images`) of the base's own pre-training tasks, mixed "
+                          "into the training rows so that fine-tuning keeps what the base reads (sft and prm; "
+                          "`python -m stepcritic.train.tiny.rehearsal` writes the tiny base's). null: none."},
+    )
+    rehearsal_rows: int | None = field(
+        default=None, metadata={"help": "Rehearse the first this many rows of rehearsal_path (null: all)."}
+    )
     max_image_size: int | None = field(
         default=None,
         metadata={"help": "Downscale images so their longest edge is at most this many pixels (null: keep)."},
@@ -499,6 +508,10 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
 
     if not script_args.tiny_model and not model_args.model_name_or_path:
         raise RecipeError(f"{where}: `model_name_or_path` is required unless `tiny_model: true`")
+    from stepcritic.train import rehearsal
+
+    if rehearsal.problem(script_args):
+        raise RecipeError(f"{where}: {rehearsal.problem(script_args)}")
     for note in adjustments:
         logger.info("%s: %s", path, note)
     return Recipe(script_args, model_args, training_args, source=str(path), adjustments=adjustments,

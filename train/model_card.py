@@ -94,6 +94,9 @@ def write_model_card(recipe, output_dir: str, metrics: dict, trainable: int, tot
     for key in ("rows", "chains", "sources", "label_balance", "template"):
         if key in data:
             data_lines.append(f"- {key}: `{json.dumps(data[key], sort_keys=True)}`")
+    if args.rehearsal_path:
+        rows = "every row" if args.rehearsal_rows is None else f"the first {args.rehearsal_rows:,} rows"
+        data_lines.append(f"- rehearsed: {rows} of `{args.rehearsal_path}`, mixed into the training rows")
     recipe_yaml = yaml.safe_dump(recipe_values(recipe), sort_keys=False)
     card = "\n".join([
         f"# StepCritic critic: `{args.method}`", "",

@@ -43,7 +43,11 @@ class HiddenJudgementCollator:
 
 def writes_notes(rows) -> bool:
     """Whether prm-sft rows were built with `--prm-notes` (their assistant turns hold more than the judgement)."""
-    for row in rows.select(range(min(len(rows), 8))) if hasattr(rows, "select") else rows[:8]:
+    from stepcritic.train.rehearsal import COLUMN
+
+    own = [row for row in (rows.select(range(min(len(rows), 64))) if hasattr(rows, "select") else rows[:64])
+           if not row.get(COLUMN)]  # a rehearsed row holds answers, not judgements
+    for row in own[:8]:
         for message in row["messages"]:
             if message["role"] == "assistant":
                 content = message["content"]
