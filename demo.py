@@ -29,11 +29,21 @@ from collections import namedtuple
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
+# Sizes: fine-tuned at 1e-3 on the generator's own chains, where three size claims in four are right, the PRM wrote
+# every size claim's note from the claim's words, and no longer answered its base's own size questions (section 25).
+# Three changes together make it read sizes: size claims wrong about half of the time in the training chains
+# (`train_fault_rates`, `data synth --fault-rates`: the words then say nothing about sizes), the base's own scene
+# questions rehearsed beside the PRM's rows (`rehearsal_rows`, `train.tiny.rehearsal`, size questions drawn twice as
+# often as in the base's last phase) and a gentler learning rate than the recipe's 1e-3 (`prm_learning_rate`).
+# Without the rehearsal, or at 1e-3, its notes of size claims stayed at about chance. 1,920 PRM steps: each of the
+# 12,161 PRM rows and 3,200 rehearsed rows seen once (1,600 steps, seeing five in six, gave step F1 0.788).
 PLANS = {
-    "full": {"n_train": 12800, "n_test": 200, "prm_steps": 1600, "sft_steps": 800, "dpo_steps": 10, "batch": 8,
-             "train_error_rate": None},
+    "full": {"n_train": 12800, "n_test": 200, "prm_steps": 1920, "sft_steps": 800, "dpo_steps": 10, "batch": 8,
+             "train_error_rate": None, "train_fault_rates": "bigger=0.75", "rehearsal_rows": 3200,
+             "rehearsal_weights": "relation=3,bigger=6,where=2", "prm_learning_rate": 7e-4},
     "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4,
-              "train_error_rate": None},
+              "train_error_rate": None, "train_fault_rates": "bigger=0.75", "rehearsal_rows": 40,
+              "rehearsal_weights": "relation=3,bigger=6,where=2", "prm_learning_rate": 7e-4},
 }
 # On SmolLM2 (`--base smollm2`, recipes/tiny-smol) a step costs about 20 of the tiny critic's: fewer steps, and still
 # about three hours on 2 CPU cores; its 300 PRM steps and 60 SFT steps are the critics of docs/experiments.md,
@@ -42,9 +52,11 @@ PLANS = {
 # F1 0.656 and 0.657 with two seeds against 0.621 from the generator's own mix (docs/experiments.md, section 15).
 SMOL_PLANS = {
     "full": {"n_train": 2000, "n_test": 200, "prm_steps": 300, "sft_steps": 60, "dpo_steps": 10, "batch": 8,
-             "train_error_rate": 0.45},
+             "train_error_rate": 0.45, "train_fault_rates": None, "rehearsal_rows": None, "rehearsal_weights": None,
+             "prm_learning_rate": None},
     "quick": {"n_train": 60, "n_test": 8, "prm_steps": 2, "sft_steps": 2, "dpo_steps": 1, "batch": 2,
-              "train_error_rate": None},
+              "train_error_rate": None, "train_fault_rates": None, "rehearsal_rows": None, "rehearsal_weights": None,
+              "prm_learning_rate": None},
 }
 # per base: the recipe folder, how its judges load (SmolLM2's critics score in bfloat16, twice as fast), the notes
 # its critics write before each verdict (True: the step as the image has it, `--prm-notes`; "check": the questions
@@ -202,7 +214,7 @@ def synthesise(plan: dict, seed: int, data: str) -> None:
     from stepcritic.data_prep.synth import synthesize_to_disk
 
     synthesize_to_disk(plan["n_train"], seed, os.path.join(data, "train-chains"), level=plan["level"],
-                       error_rate=plan["train_error_rate"])
+                       error_rate=plan["train_error_rate"], fault_rates=plan["train_fault_rates"])
     synthesize_to_disk(plan["n_test"], seed + 1000, os.path.join(data, "test-chains"), level=plan["level"])
 
 
@@ -235,6 +247,12 @@ def main(args: argparse.Namespace) -> int:
             stats = build_dataset(chains, kind, os.path.join(data, kind), test_fraction=0.05, seed=args.seed,
                                   **options)
             print(f"  {kind}: {stats.get('rows', stats)}")
+        if plan["rehearsal_rows"]:  # the base's own scene questions, rehearsed beside the PRM's rows
+            from stepcritic.train.tiny import rehearsal
+
+            rehearsal.write(os.path.join(data, "rehearsal"), plan["rehearsal_rows"], args.seed,
+                            plan["rehearsal_weights"])
+            print(f"  rehearsal: {plan['rehearsal_rows']} rows of the base's scene questions")
     stages.run("build datasets", build_all)
 
     common = {"per_device_train_batch_size": plan["batch"], "seed": args.seed, "report_to": "none",
@@ -243,9 +261,12 @@ def main(args: argparse.Namespace) -> int:
     if cpu_has_bf16():  # SmolLM2's recipes already say so
         common["bf16"] = True
         print("  training in bfloat16 autocast (this CPU has bfloat16 instructions)")
+    rehearsed = {"rehearsal_path": os.path.join(data, "rehearsal")} if plan["rehearsal_rows"] else {}
+    if plan["prm_learning_rate"]:
+        rehearsed["learning_rate"] = plan["prm_learning_rate"]
     prm_dir = stages.run("train PRM critic", _train, "prm.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "prm-sft"), output_dir=os.path.join(models, "prm"),
-        max_steps=plan["prm_steps"], **grouped))
+        max_steps=plan["prm_steps"], **grouped, **rehearsed))
     start = {"model_name_or_path": prm_dir, "tiny_model": False} if base_kind.writer_from_prm else {}
     sft_dir = stages.run("train critique SFT" + (" (from the PRM)" if start else ""), _train, "critique-sft.yaml",
                          folder, dict(common, dataset_path=os.path.join(data, "critique-sft"),
