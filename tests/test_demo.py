@@ -81,22 +81,31 @@ def test_quick_demo_on_smollm2_trains_and_judges_through_the_tiny_smol_recipes(t
     assert config["stepcritic_prm_notes"] is True  # the demo's notes: the step as the image has it
 
 
-def test_the_plans_training_error_rate_reaches_the_training_chains_only(tmp_path):
-    # a critic trained on more wrong steps must still be judged on the generator's own mix
-    from stepcritic.data_prep.schema import load_chains
+def test_the_plans_training_error_and_fault_rates_reach_the_training_chains_only(tmp_path):
+    # a critic trained on more wrong steps (or on size claims wrong half of the time) must still be judged on the
+    # generator's own mix
+    from stepcritic.data_prep.schema import chain_meta, load_chains
     from stepcritic.demo import PLANS, SMOL_PLANS, synthesise
 
-    assert all("train_error_rate" in p for plans in (PLANS, SMOL_PLANS) for p in plans.values())
+    assert all({"train_error_rate", "train_fault_rates"} <= set(p) for plans in (PLANS, SMOL_PLANS)
+               for p in plans.values())
 
-    def wrong_share(folder):
-        steps = [s for chain in load_chains(str(folder), decode_images=False) for s in chain["steps"]]
-        return sum(not s["correct"] for s in steps) / len(steps)
+    def steps(folder, template=None):
+        return [s for chain in load_chains(str(folder), decode_images=False)
+                for s, t in zip(chain["steps"], chain_meta(chain)["step_templates"]) if template in (None, t)]
 
-    plan = {"n_train": 150, "n_test": 150, "level": "standard"}
+    def wrong_share(folder, template=None):
+        return sum(not s["correct"] for s in steps(folder, template)) / len(steps(folder, template))
+
+    plan = {"n_train": 300, "n_test": 150, "level": "standard", "train_fault_rates": None}
     synthesise(dict(plan, train_error_rate=0.6), 0, str(tmp_path / "high"))
     synthesise(dict(plan, train_error_rate=None), 0, str(tmp_path / "own"))
+    synthesise(dict(plan, train_error_rate=None, train_fault_rates="bigger=1"), 0, str(tmp_path / "sizes"))
     assert wrong_share(tmp_path / "high" / "train-chains") > wrong_share(tmp_path / "own" / "train-chains") + 0.15
-    assert wrong_share(tmp_path / "high" / "test-chains") == wrong_share(tmp_path / "own" / "test-chains")
+    assert wrong_share(tmp_path / "sizes" / "train-chains", "bigger") > \
+        wrong_share(tmp_path / "own" / "train-chains", "bigger") + 0.3
+    for other in ("high", "sizes"):
+        assert steps(tmp_path / other / "test-chains") == steps(tmp_path / "own" / "test-chains")
 
 
 def test_bfloat16_only_where_the_cpu_computes_in_it(monkeypatch):
