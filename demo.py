@@ -23,9 +23,9 @@ from collections import namedtuple
 # (docs/experiments.md, section 21; the seed alone moves it by up to 0.05 there, by up to 0.14 in section 20). The
 # writer gains with SFT steps (sections 20 to 22), and bfloat16 autocast, on a CPU that computes in it
 # (`cpu_has_bf16`), leaves time for 800 (section 22). 12,800 training chains, so that no PRM row is seen twice
-# (1,600 steps of 8, before rows were rehearsed beside them): against 4,000, they raised the PRM's step AUROC with both seeds tried (0.897 and 0.909 to 0.956
-# and 0.923, rows with a line of rules then) and its AUROC on relation steps most (0.771 and 0.653 to 0.946 and 0.863;
-# section 23). Chains cost seconds to make.
+# (1,600 steps of 8, before rows were rehearsed beside them): against 4,000, they raised the PRM's step AUROC with
+# both seeds tried (0.897 and 0.909 to 0.956 and 0.923, rows with a line of rules then) and its AUROC on relation
+# steps most (0.771 and 0.653 to 0.946 and 0.863; section 23). Chains cost seconds to make.
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
 # 0.45 (docs/experiments.md, section 6).
