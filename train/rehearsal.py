@@ -2,8 +2,9 @@
 `rehearsal_path`, `rehearsal_rows`).
 
 Fine-tuning a small base on one task overwrites what that task rewards only weakly. The tiny base reads the sizes
-of shapes (its probe: 1.000), yet a PRM fine-tuned from it at the demo's learning rate answers the base's own size
-questions at chance, and writes every size claim's note from the claim's words (docs/experiments.md, section 25).
+of shapes (its probe: 1.000), yet a PRM fine-tuned from it at the tiny recipe's learning rate (1e-3) writes every
+size claim's note from the claim's words, and answers the base's own size questions at chance even when they are
+rehearsed (docs/experiments.md, section 25; at 3e-4, rehearsed, it keeps 0.98).
 Replaying the base's scene questions beside the critic's rows keeps the reading alive, as pre-training data is
 replayed in continual fine-tuning. Any dataset of chat rows (`messages`, and `images` for a VLM) can be rehearsed:
 for the tiny base, `python -m stepcritic.train.tiny.rehearsal` writes its scene questions.
@@ -81,9 +82,3 @@ def mix(train, path: str, limit: int | None = None, seed: int = 0):
     logger.info("rehearsal: %d rows of %s mixed into %d training rows", len(rows), path, len(train))
     return mixed.shuffle(seed=seed)
 
-
-def own_rows(rows):
-    """The critic's own rows of a mixed split (all of them when nothing was rehearsed)."""
-    if COLUMN not in rows.column_names:
-        return rows
-    return rows.filter(lambda rehearsed: not rehearsed, input_columns=COLUMN)
