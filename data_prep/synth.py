@@ -921,10 +921,10 @@ def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, ch
     from stepcritic.data_prep import outputs
     from stepcritic.data_prep.progress import bar
 
-    counts = LabelStats()
+    counts, rates = LabelStats(), parse_fault_rates(fault_rates)
     with outputs.staged(out_dir, overwrite) as target, bar(progress, "synth", total=n) as shown:
         def counted():
-            for chain in iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level, fault_rates):
+            for chain in iter_synthesize(n, seed, image_size, chains_per_question, error_rate, level, rates):
                 counts.add(chain)
                 shown.update()
                 yield chain
@@ -932,7 +932,7 @@ def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, ch
         schema.save_chains(counted(), target)  # written as they are made: memory does not grow with n
         stats = {"generator": "stepcritic.data_prep.synth", "n": n, "seed": seed, "image_size": image_size,
                  "chains_per_question": chains_per_question, "error_rate": error_rate, "level": level,
-                 **({"fault_rates": rates} if (rates := parse_fault_rates(fault_rates)) else {}), **counts.result()}
+                 **({"fault_rates": rates} if rates else {}), **counts.result()}
         with open(os.path.join(target, schema.CHAINS_STATS_FILE), "w") as f:
             json.dump(stats, f, indent=2, sort_keys=True)
         write_synth_card(stats, os.path.join(target, "README.md"))

@@ -81,4 +81,3 @@ def mix(train, path: str, limit: int | None = None, seed: int = 0):
                                   rows.add_column(COLUMN, [True] * len(rows))])
     logger.info("rehearsal: %d rows of %s mixed into %d training rows", len(rows), path, len(train))
     return mixed.shuffle(seed=seed)
-
