@@ -1,7 +1,9 @@
 """Where the data commands write: never over an input, never over an earlier output unless asked, never half.
 
 `check_out` refuses an output path that is, is inside, or contains an input (writing there would destroy it, or
-leave a dataset inside another), and one that already holds something unless `overwrite`. `staged` gives the
+leave a dataset inside another), and one that already holds something unless `overwrite`. A root (a folder inputs
+are read from, such as the image root) is looser: an output may go below it, as long as what it would replace there
+is nothing, an empty folder or an earlier StepCritic output, never a file or a folder of the user's. `staged` gives the
 command a folder to write into beside the output (`.NAME.partial-HOST-PID-XXXXXXXX`, on the same disk) and renames
 it to the output only once it is complete: a command that fails or is killed leaves the earlier output as it was,
 or no output at all. With `overwrite` the earlier output is moved into that folder just before the rename; should a
@@ -40,22 +42,47 @@ def _within(inner: str, outer: str) -> bool:
     return inner != outer and os.path.commonpath([inner, outer]) == outer
 
 
-def check_inputs(out_dir: str, inputs: dict[str, str | None]) -> None:
+def check_inputs(out_dir: str, inputs: dict[str, str | None], roots: dict[str, str | None] | None = None) -> None:
     """Refuse `out_dir` equal to, inside, or containing any of `inputs` ({what: path}, e.g. {"--chains": ...}) that
-    exists."""
+    exists, and equal to or containing any of `roots` (folders read from, e.g. {"--image-root": ...}); what an output
+    below a root would replace is `check_below_roots`' to judge."""
     out = _real(out_dir)
-    for what, path in inputs.items():
+    for what, path in {**inputs, **(roots or {})}.items():
         if not path or not os.path.lexists(path):  # the command says what is missing, in its own words
             continue
         source = _real(path)
         if out == source:
             raise OutputError(f"--out {out_dir} is {what} {path}: writing there would destroy the input; "
                               "choose another --out")
-        if _within(out, source):
+        if _within(out, source) and what in inputs:
             raise OutputError(f"--out {out_dir} is inside {what} {path}; choose an --out outside the input")
         if _within(source, out):
             raise OutputError(f"--out {out_dir} contains {what} {path}: replacing it would destroy the input; "
                               "choose another --out")
+
+
+def is_output(path: str) -> bool:
+    """Whether folder `path` is a dataset a StepCritic command wrote (chains from ingest or synth, or a build)."""
+    def has(*names: str) -> bool:
+        return all(os.path.isfile(os.path.join(path, name)) for name in names)
+
+    return has("state.json", "stats.json") or has("dataset_dict.json", "build_stats.json")
+
+
+def check_below_roots(out_dir: str, roots: dict[str, str | None]) -> None:
+    """Refuse an `out_dir` below one of `roots` that already holds a file or a folder of the user's: it may be an
+    input itself (an image, a folder of them), and even --overwrite must not replace it. Nothing there, an empty
+    folder or an earlier StepCritic output is fair game."""
+    out = _real(out_dir)
+    for what, path in roots.items():
+        if not path or not os.path.isdir(path) or not _within(out, _real(path)) or not os.path.lexists(out_dir):
+            continue
+        if not os.path.isdir(out_dir):
+            raise OutputError(f"--out {out_dir} is an existing file inside {what} {path}, perhaps one it reads; "
+                              "choose another --out")
+        if os.listdir(out_dir) and not is_output(out_dir):
+            raise OutputError(f"--out {out_dir} is a folder inside {what} {path} that holds {_holds(out_dir)}, not "
+                              "a StepCritic output: replacing it could destroy inputs; choose a new or empty folder")
 
 
 def _holds(path: str) -> str:
@@ -70,14 +97,17 @@ def _holds(path: str) -> str:
     return f"{len(entries)} entries ({', '.join(entries[:3])}{', ...' if len(entries) > 3 else ''})"
 
 
-def check_out(out_dir: str, overwrite: bool = False, inputs: dict[str, str | None] | None = None) -> None:
-    """Refuse `out_dir` when it overlaps an input, or (unless `overwrite`) when it is a file or a folder that is not
-    empty. Puts back an output a killed command had moved aside first, so that it counts as there."""
+def check_out(out_dir: str, overwrite: bool = False, inputs: dict[str, str | None] | None = None,
+              roots: dict[str, str | None] | None = None) -> None:
+    """Refuse `out_dir` when it overlaps an input or a root (`check_inputs`, `check_below_roots`), or (unless
+    `overwrite`) when it is a file or a folder that is not empty. Puts back an output a killed command had moved
+    aside first, so that it counts as there."""
     parent, name = os.path.split(_real(out_dir))
     if not name:
         raise OutputError(f"--out {out_dir} names no folder; choose a folder to write")
-    check_inputs(out_dir, inputs or {})
+    check_inputs(out_dir, inputs or {}, roots)
     _recover(parent, name)
+    check_below_roots(out_dir, roots or {})
     if overwrite or not os.path.lexists(out_dir):
         return
     if not os.path.isdir(out_dir):
@@ -121,10 +151,11 @@ def _recover(parent: str, name: str) -> None:
 
 
 @contextmanager
-def staged(out_dir: str, overwrite: bool = False, inputs: dict[str, str | None] | None = None):
+def staged(out_dir: str, overwrite: bool = False, inputs: dict[str, str | None] | None = None,
+           roots: dict[str, str | None] | None = None):
     """Yield the path to write the output at (a folder's path, not yet made); when the block ends without an
     error it becomes `out_dir` (`check_out` first, and again before the rename, for an output made meanwhile)."""
-    check_out(out_dir, overwrite, inputs)
+    check_out(out_dir, overwrite, inputs, roots)
     parent, name = os.path.split(_real(out_dir))
     os.makedirs(parent, exist_ok=True)
     folder = tempfile.mkdtemp(prefix=f".{name}{PARTIAL}{_HOST}-{os.getpid()}-", dir=parent)
@@ -133,15 +164,16 @@ def staged(out_dir: str, overwrite: bool = False, inputs: dict[str, str | None] 
         yield target
         if not os.path.lexists(target):  # pragma: no cover (every writer makes its folder)
             raise RuntimeError(f"nothing was written at {target}")
-        _install(target, os.path.join(parent, name), folder, overwrite, out_dir)
+        _install(target, os.path.join(parent, name), folder, overwrite, out_dir, roots)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _install(target: str, out: str, folder: str, overwrite: bool, shown: str) -> None:
+def _install(target: str, out: str, folder: str, overwrite: bool, shown: str,
+             roots: dict[str, str | None] | None = None) -> None:
     previous = os.path.join(folder, PREVIOUS)
     if os.path.lexists(out):
-        check_out(shown, overwrite)
+        check_out(shown, overwrite, roots=roots)
         os.rename(out, previous)
     try:
         os.rename(target, out)

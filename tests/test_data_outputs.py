@@ -1,7 +1,8 @@
 """What `data ingest`, `synth` and `build` write, and what they must never destroy: an --out that is, is inside or
-contains an input is refused; a non-empty --out (or an existing file) is refused without --overwrite; the output
-appears only once complete, so a failed or killed command (SIGKILL mid-build) leaves the earlier output loading as
-before and nothing half-written under --out; a build that gives no row and an ingest that keeps no chain are
+contains an input is refused (below an image root, only one that would replace a file or a folder of the user's); a
+non-empty --out (or an existing file) is refused without --overwrite; the output appears only once complete, so a
+failed or killed command (SIGKILL mid-build) leaves the earlier output loading as before and nothing half-written
+under --out; a build that gives no row and an ingest that keeps no chain are
 one-line errors saying why; the progress bar is on stderr, for a terminal only, and --quiet turns it off."""
 
 import json
@@ -84,14 +85,69 @@ def test_ingest_refuses_an_out_that_overlaps_its_input_or_image_root(tmp_path, c
     source, images = tmp_path / "raw", tmp_path / "images"
     source.mkdir()
     images.mkdir()
+    (images / "own").mkdir()
+    (images / "own" / "a.png").write_bytes(b"not really a png")
     data = source / "chains.jsonl"
     data.write_text('{"chain_id": "c0"}\n')
     base = ["data", "ingest", "--format", "jsonl", "--input", str(data), "--overwrite"]
     one_line_error(capsys, base + ["--out", str(data)], f"--out {data} is --input {data}")
     one_line_error(capsys, base + ["--out", str(source)], f"--out {source} contains --input {data}")
-    one_line_error(capsys, base + ["--out", str(images / "x"), "--image-root", str(images)],
-                   f"--out {images / 'x'} is inside --image-root {images}")
-    assert data.read_text() == '{"chain_id": "c0"}\n' and os.listdir(images) == []
+    rooted = base + ["--image-root", str(images), "--out"]
+    one_line_error(capsys, rooted + [str(images)], f"--out {images} is --image-root {images}")
+    one_line_error(capsys, rooted + [str(tmp_path)], f"--out {tmp_path} contains --input {data}")
+    # below the image root, --overwrite still never replaces what may be an input: a file or a folder of images
+    one_line_error(capsys, rooted + [str(images / "own")], f"--out {images / 'own'} is a folder inside --image-root "
+                   f"{images} that holds 1 entries (a.png), not a StepCritic output")
+    one_line_error(capsys, rooted + [str(images / "own" / "a.png")],
+                   f"--out {images / 'own' / 'a.png'} is an existing file inside --image-root {images}")
+    # the format's default image root (the input's folder) is guarded the same way
+    (source / "pics").mkdir()
+    (source / "pics" / "b.png").write_bytes(b"x")
+    one_line_error(capsys, base + ["--out", str(source / "pics")],
+                   f"--out {source / 'pics'} is a folder inside the image root {source}")
+    assert data.read_text() == '{"chain_id": "c0"}\n' and os.listdir(images) == ["own"]
+    assert os.listdir(images / "own") == ["a.png"] and os.listdir(source / "pics") == ["b.png"]
+
+
+def write_layout(folder) -> None:
+    """The usual layout of a user's own chains: chains.jsonl beside images/ holding the images it names."""
+    from helpers import png
+
+    (folder / "images").mkdir(parents=True)
+    (folder / "images" / "a.png").write_bytes(png())
+    rows = [dict(chain(f"c{i}"), image="images/a.png") for i in range(2)]
+    (folder / "chains.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_ingest_writes_below_the_image_root_in_the_usual_layout(tmp_path, capsys, monkeypatch):
+    write_layout(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    argv = ["data", "ingest", "--format", "jsonl", "--input", "chains.jsonl", "--out", "data/chains2"]
+    assert cli.main(argv + ["--image-root", "."]) == 0
+    assert len(schema.load_chains("data/chains2")) == 2
+    # an earlier output there is replaced with --overwrite, as anywhere else; an empty folder is taken
+    assert cli.main(argv + ["--image-root", ".", "--overwrite"]) == 0
+    (tmp_path / "images" / "empty").mkdir()
+    assert cli.main(argv[:-1] + ["images/empty"]) == 0 and len(schema.load_chains("images/empty")) == 2
+    capsys.readouterr()
+    one_line_error(capsys, argv + ["--image-root", "."], "--out data/chains2 already holds a dataset", "--overwrite")
+    assert sorted(os.listdir(tmp_path / "images")) == ["a.png", "empty"]
+    assert partials(tmp_path / "data") == [] and partials(tmp_path / "images") == []
+
+
+@pytest.mark.parametrize("fmt", ["visualprocessbench", "vl-rewardbench"])
+def test_a_benchmark_ingest_writes_below_its_image_root(tmp_path, fmt):
+    import shutil
+
+    root = tmp_path / fmt
+    shutil.copytree(os.path.join(FIXTURES, fmt), root)
+    before = listing(root)
+    out = root / "sub"
+    argv = ["data", "ingest", "--format", fmt, "--input", str(root / "test.jsonl"), "--on-error", "skip",
+            "--image-root", str(root), "--out", str(out)]
+    assert cli.main(argv) == 0 and len(schema.load_chains(str(out))) > 0
+    assert cli.main(argv + ["--overwrite"]) == 0
+    assert {k: v for k, v in listing(root).items() if not k.startswith("sub" + os.sep)} == before
 
 
 def test_the_library_refuses_to_build_into_the_chains_it_reads(chains_dir):
