@@ -17,7 +17,7 @@ from typing import Iterator
 
 from stepcritic.data_prep import labels
 from stepcritic.data_prep.card import write_ingest_card
-from stepcritic.data_prep.schema import CHAINS_STATS_FILE, SchemaError, validate_chain
+from stepcritic.data_prep.schema import CHAINS_STATS_FILE, SchemaError, json_error, parse_json_line, validate_chain
 from stepcritic.errors import UserError
 
 # format -> adapter module; each exposes `convert(raw, where, ctx) -> dict` (a chain before validation, or a list
@@ -69,12 +69,13 @@ def read_records(path: str) -> Iterator[tuple[str, object]]:
         return
     if path.endswith(".json"):
         with open(path, encoding="utf-8") as f:
-            try:
-                data = json.load(f)
+            try:  # trailing blank lines left out, so that a document cut short is reported on its last line
+                data = json.loads(f.read().rstrip("\r\n"))
             except UnicodeDecodeError as e:
                 raise IngestError(f"{path}: not UTF-8 text ({e.reason}); expected JSON") from None
             except json.JSONDecodeError as e:
-                yield f"{name}:{e.lineno}", SchemaError(f"malformed JSON ({e.msg})", f"{name}:{e.lineno}")
+                yield f"{name}:{e.lineno}", SchemaError(f"malformed JSON ({json_error(e)})",
+                                                        f"{name}:{e.lineno}")
                 return
         for i, rec in enumerate(data if isinstance(data, list) else [data], 1):
             yield f"{name}:item{i}", rec
@@ -87,9 +88,10 @@ def read_records(path: str) -> Iterator[tuple[str, object]]:
                     continue
                 where = f"{name}:{lineno}"
                 try:
-                    yield where, json.loads(line)
-                except json.JSONDecodeError as e:
-                    yield where, SchemaError(f"malformed JSON line ({e.msg} at column {e.colno})", where)
+                    record = parse_json_line(line, where)
+                except SchemaError as e:  # rejected in turn like any other bad record
+                    record = e
+                yield where, record
         except UnicodeDecodeError as e:
             raise IngestError(f"{path}:{lineno + 1}: not UTF-8 text ({e.reason}); expected JSON lines") from None
 
@@ -190,10 +192,11 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
 
     Records are read, converted and written to Arrow one at a time (`num_proc` worker processes convert them when
     above 1), so memory does not grow with the input; the chains folder appears at `out_dir` only once every record
-    has been read and it is complete (`outputs.staged`). `out_dir` may not be, be inside or contain the input or the
-    image root; an existing one is replaced, or, `overwrite` False, refused before anything is read. Steps with a
-    soft label (a score in [0, 1]) and no boolean are correct when the score is above `soft_threshold`. Rejections
-    are listed in the stats (past `REJECTED_INLINE`, in `rejected.jsonl` as well). `progress`: a bar on stderr.
+    has been read and it is complete (`outputs.staged`). `out_dir` may not be or contain the input or the image
+    root, nor be below the image root where a file or a folder other than an earlier output already is; an existing
+    one is replaced, or, `overwrite` False, refused before anything is read. Steps with a soft label (a score in
+    [0, 1]) and no boolean are correct when the score is above `soft_threshold`. Rejections are listed in the stats
+    (past `REJECTED_INLINE`, in `rejected.jsonl` as well). `progress`: a bar on stderr.
     """
     if fmt not in FORMATS:
         raise IngestError(f"unknown format {fmt!r}; choose one of {sorted(FORMATS)}")
@@ -215,8 +218,10 @@ def ingest(fmt: str, input_path: str, out_dir: str | None, image_root: str | Non
         return _ingest(fmt, adapter, ctx, input_path, None, on_error, log, soft_threshold, num_proc, progress)
     from stepcritic.data_prep import outputs
 
-    # the image root only as given: the default one, the input's folder, may well be where the output goes
-    with outputs.staged(out_dir, overwrite, {"--input": input_path, "--image-root": image_root}) as target:
+    # the output may go below the image root (given or the format's default, often the input's own folder), but
+    # never over it, around it, or over a file or a folder of the user's there: those may be images
+    roots = {"--image-root" if image_root else "the image root": ctx["image_root"]}
+    with outputs.staged(out_dir, overwrite, {"--input": input_path}, roots) as target:
         return _ingest(fmt, adapter, ctx, input_path, target, on_error, log, soft_threshold, num_proc, progress)
 
 

@@ -439,6 +439,28 @@ def _built_kind(path: str) -> str | None:
         return "?"
 
 
+def parse_json_line(line: str, where: str):
+    """One JSON line's value, or a SchemaError naming its column. The line's own newline is left out first: parsed
+    with it, a line cut short is reported at column 1 of a line after it, not where it ends."""
+    text = line.rstrip("\r\n")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SchemaError(f"malformed JSON line ({json_error(e)})", where) from None
+
+
+def json_error(e: json.JSONDecodeError) -> str:
+    """What went wrong and at which column of its line, and, when the text stops before the value does, where the
+    line ends: "Expecting ',' delimiter at column 51; the line ends after column 50: is it cut short?"."""
+    # json's message may end in "at" ("Unterminated string starting at"): the column completes it
+    at = f"{e.msg} column {e.colno}" if e.msg.endswith(" at") else f"{e.msg} at column {e.colno}"
+    if not (e.msg.startswith("Unterminated string") or not e.doc[e.pos:].strip()):
+        return at
+    start, stop = e.doc.rfind("\n", 0, e.pos) + 1, e.doc.find("\n", e.pos)
+    line = e.doc[start:len(e.doc) if stop == -1 else stop].rstrip("\r")
+    return f"{at}; the line ends after column {len(line)}: is it cut short?"
+
+
 def iter_jsonl_chains(path: str) -> Iterator[dict]:
     """Validated chains of a canonical .jsonl file, one at a time (SchemaError naming file:line on a bad one)."""
     n = 0
@@ -447,10 +469,7 @@ def iter_jsonl_chains(path: str) -> Iterator[dict]:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SchemaError(f"malformed JSON line ({e.msg} at column {e.colno})", f"{path}:{i}") from None
+                raw = parse_json_line(line, f"{path}:{i}")
                 n += 1
                 yield validate_chain(raw, f"{path}:{i}", os.path.dirname(path))
     except UnicodeDecodeError as e:

@@ -114,6 +114,51 @@ def test_a_malformed_jsonl_line_names_the_line(tmp_path, capsys):
                             str(tmp_path / "o")], f"{path}:1: malformed JSON line")
 
 
+def cut_line() -> str:
+    """A chain's JSON line cut short after 50 characters, between two fields, as a copy stopped mid-write leaves it."""
+    line = json.dumps(dict(chain("c1", question="Is it red, too?"), image="x.png"))
+    assert line[:50].endswith('too?", ')
+    return line[:50]
+
+
+@pytest.mark.parametrize("command", ["ingest", "build"])
+def test_a_line_cut_short_is_reported_on_its_line_where_it_ends(tmp_path, capsys, command):
+    path = tmp_path / "chains.jsonl"
+    path.write_text(json.dumps(dict(chain("c0"), image=None)) + "\n" + cut_line() + "\n")
+    argv = {"ingest": ["data", "ingest", "--format", "jsonl", "--input", str(path)],
+            "build": ["data", "build", "--chains", str(path), "--kind", "prm-sft"]}[command]
+    line = one_line_error(capsys, argv + ["--out", str(tmp_path / "o")], "chains.jsonl:2: malformed JSON line",
+                          "at column 51; the line ends after column 50: is it cut short?")
+    assert "column 1;" not in line and "line 3" not in line
+
+
+def test_a_cut_string_names_where_it_starts_and_where_the_line_ends(tmp_path, capsys):
+    path = tmp_path / "chains.jsonl"
+    line = json.dumps(dict(chain("c0"), image=None))
+    start = line.index('"What colour')
+    path.write_text(line[:start + 5] + "\r\n")  # Windows line ends are left out too
+    one_line_error(capsys, ["data", "ingest", "--format", "jsonl", "--input", str(path), "--out",
+                            str(tmp_path / "o")],
+                   f"chains.jsonl:1: malformed JSON line (Unterminated string starting at column {start + 1}; the "
+                   f"line ends after column {start + 5}: is it cut short?)")
+
+
+def test_a_bad_character_mid_line_is_reported_at_its_column(tmp_path, capsys):
+    path = tmp_path / "chains.jsonl"
+    path.write_text('{"chain_id": "c0",, "question": "q"}\n')
+    line = one_line_error(capsys, ["data", "ingest", "--format", "jsonl", "--input", str(path), "--out",
+                                   str(tmp_path / "o")], "chains.jsonl:1: malformed JSON line", "at column 19)")
+    assert "cut short" not in line
+
+
+def test_a_json_document_cut_short_is_reported_on_its_last_line(tmp_path, capsys):
+    path = tmp_path / "chains.json"
+    path.write_text("[\n" + json.dumps(dict(chain("c0"), image=None)) + ",\n" + cut_line() + "\n\n")
+    one_line_error(capsys, ["data", "ingest", "--format", "jsonl", "--input", str(path), "--out",
+                            str(tmp_path / "o")], "chains.json:3: malformed JSON",
+                   "at column 51; the line ends after column 50")
+
+
 @pytest.mark.parametrize("fraction", ["0", "1", "1.5", "-0.1", "nan"])
 def test_test_fraction_outside_zero_one(tmp_path, capsys, fraction):
     data = write_jsonl(tmp_path / "chains.jsonl", [])  # never read: the option is checked first
