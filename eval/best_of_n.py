@@ -14,8 +14,8 @@ judge is exactly random pick), and a candidate without a score ranks below any s
 
 Against three references, the same for every judge:
 - random pick: the expected accuracy of a uniform pick, the share of right answers (its expectation, not a draw);
-- majority vote: the most frequent final answer (answers compared by `correction.normalize_answer`; chains without
-  one abstain, ties shared as above; None where no chain of a question has a final answer);
+- majority vote: the most frequent final answer (answers compared by `data_prep.answers.normalize_answer`; chains
+  without one abstain, ties shared as above; None where no chain of a question has a final answer);
 - oracle: right when any candidate is right.
 
 As a function of N (1, 2, 4, ... and the largest group size): for each question with at least N candidates, every
@@ -32,7 +32,7 @@ import statistics
 from collections import defaultdict
 from itertools import combinations
 
-from stepcritic.eval.correction import normalize_answer
+from stepcritic.data_prep.answers import normalize_answer
 from stepcritic.eval.scores import chain_score, step_scores
 
 DEFAULT_MAX_SUBSETS = 32

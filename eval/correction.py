@@ -25,10 +25,9 @@ critique of a chain is asked once per corrector, however many judges share it.
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 
+from stepcritic.data_prep.answers import normalize_answer, parse_answer, same_answer  # noqa: F401 (read here)
 from stepcritic.data_prep.prompts import load_template, template_hash, user_with_image
 from stepcritic.data_prep.schema import chain_images
 from stepcritic.eval import metrics as M
@@ -75,58 +74,6 @@ def correction_messages(chain: dict, review: dict) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- answers
-
-_ANSWER_LINE = re.compile(r"(?im)^[\s>#*_-]*(?:final\s+|corrected\s+)?answer\s*[*_]*\s*[:：]\s*(.+?)\s*$")
-_ANSWER_JSON = re.compile(r'"answer"\s*:\s*(?:"([^"]*)"|([^,}\s][^,}]*))')
-
-
-def parse_answer(text: str | None) -> str | None:
-    """The corrector's answer: its last "Answer: ..." line, else a JSON `"answer": ...` (VISCO's own format), else
-    None (no usable answer)."""
-    lines = _ANSWER_LINE.findall(text or "")
-    found = lines[-1] if lines else None
-    if found is None:
-        match = list(_ANSWER_JSON.finditer(text or ""))
-        found = (match[-1].group(1) if match[-1].group(1) is not None else match[-1].group(2)) if match else None
-    found = (found or "").strip().strip("*_`").strip()
-    return found or None
-
-
-_EDGES = re.compile(r"^[\s*_`\"'“”‘’]+|[\s*_`\"'“”‘’.,;:!?]+$")
-_OPTION = re.compile(r"^(?:option\s+)?\(?([a-z])\)?(?:[.:)]\s*.*)?$")
-_ARTICLES = re.compile(r"\b(?:a|an|the)\b")
-
-
-def normalize_answer(text: str) -> str:
-    """Lower case, without surrounding quotes, markdown or final punctuation, articles, or repeated spaces."""
-    t = _EDGES.sub("", text.strip().lower())
-    return " ".join(_ARTICLES.sub(" ", t).split())
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text.replace(",", "").rstrip("%"))
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def same_answer(answer: str | None, reference: str | None) -> bool:
-    """Whether two answers say the same: equal once normalised, equal as numbers, or the same option letter
-    ("(B)", "B.", "B) red" and "option b" all answer a reference "B")."""
-    if answer is None or reference is None:
-        return False
-    a, r = normalize_answer(answer), normalize_answer(reference)
-    if a == r:
-        return True
-    x, y = _number(a), _number(r)
-    if x is not None and y is not None:
-        return math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
-    if len(r) == 1 and r.isalpha():
-        match = _OPTION.match(a)
-        return bool(match) and match.group(1) == r
-    return False
-
 
 def correct_after(chain: dict, answer: str | None) -> bool | None:
     """Acc(a_gt, a') of VISCO: None for no usable answer (scored wrong by `metrics.correction_gain`); the chain's
