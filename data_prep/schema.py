@@ -185,11 +185,12 @@ def load_image_bytes(value: Any, image_root: str | None = None, where: str | Non
     """Turn a path, a base64 string, raw bytes or a PIL image into `{"bytes", "path"}`, checking it decodes."""
     from PIL import Image, UnidentifiedImageError
 
-    path = None
+    path = shown_path = None  # shown_path: the file as the user can find it, image root included
     if value is None:
         raise SchemaError("image is missing", where, field)
     if isinstance(value, dict) and value.get("bytes"):
         data, path = value["bytes"], value.get("path")
+        shown_path = path
     elif isinstance(value, dict) and value.get("path"):
         return load_image_bytes(value["path"], image_root, where, field)
     elif isinstance(value, (bytes, bytearray)):
@@ -204,7 +205,7 @@ def load_image_bytes(value: Any, image_root: str | None = None, where: str | Non
         candidate = os.path.join(image_root, value) if image_root and not os.path.isabs(value) else value
         if len(value) < 1024 and os.path.exists(candidate):
             with open(candidate, "rb") as f:
-                data, path = f.read(), value
+                data, path, shown_path = f.read(), value, candidate
         else:
             try:
                 data = base64.b64decode(value, validate=True)
@@ -218,7 +219,11 @@ def load_image_bytes(value: Any, image_root: str | None = None, where: str | Non
         with Image.open(io.BytesIO(data)) as im:
             im.verify()
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise SchemaError(f"image cannot be decoded ({e.__class__.__name__}: {e})", where, field) from None
+        # PIL names the in-memory buffer it read, which tells a user nothing: name the file (or the value's kind)
+        shown = f"file {shown_path}" if shown_path else "the base64 text" if isinstance(value, str) else "the bytes"
+        why = ("no image format recognised" if isinstance(e, UnidentifiedImageError)
+               else f"{e.__class__.__name__}: {e}")
+        raise SchemaError(f"image cannot be decoded ({shown}: {why})", where, field) from None
     return {"bytes": data, "path": path}
 
 

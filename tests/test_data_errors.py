@@ -159,6 +159,29 @@ def test_a_json_document_cut_short_is_reported_on_its_last_line(tmp_path, capsys
                    "at column 51; the line ends after column 50")
 
 
+@pytest.mark.parametrize("command", ["ingest", "build"])
+def test_a_file_that_is_no_image_names_the_record_and_the_path(tmp_path, capsys, command):
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "notes.png").write_text("a text file with an image's name")
+    path = write_jsonl(tmp_path / "chains.jsonl", [dict(chain("c0"), image=None),
+                                                   dict(chain("c1"), image="images/notes.png")])
+    argv = {"ingest": ["data", "ingest", "--format", "jsonl", "--input", path],
+            "build": ["data", "build", "--chains", path, "--kind", "prm-sft"]}[command]
+    line = one_line_error(capsys, argv + ["--out", str(tmp_path / "o")], "chains.jsonl:2, field 'image': image "
+                          f"cannot be decoded (file {tmp_path / 'images' / 'notes.png'}: no image format recognised)")
+    assert "BytesIO" not in line and " at 0x" not in line
+
+
+def test_image_bytes_that_are_no_image_say_so_without_a_buffer(tmp_path, capsys):
+    import base64
+
+    path = write_jsonl(tmp_path / "chains.jsonl", [dict(chain("c0"), image=base64.b64encode(b"no image").decode())])
+    line = one_line_error(capsys, ["data", "ingest", "--format", "jsonl", "--input", path, "--out",
+                                   str(tmp_path / "o")],
+                          "chains.jsonl:1, field 'image': image cannot be decoded (the base64 text: no image format")
+    assert "BytesIO" not in line
+
+
 @pytest.mark.parametrize("fraction", ["0", "1", "1.5", "-0.1", "nan"])
 def test_test_fraction_outside_zero_one(tmp_path, capsys, fraction):
     data = write_jsonl(tmp_path / "chains.jsonl", [])  # never read: the option is checked first
