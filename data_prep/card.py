@@ -180,12 +180,12 @@ def ingest_card_text(stats: dict) -> str:
         f"Canonical chains from `stepcritic data ingest --format {stats['format']}` of `{stats['input']}`.",
         "Load with `stepcritic.data_prep.schema.load_chains(<this folder>)`; the counts are in `stats.json`.", "",
         "## Records", "",
+        # the summary line's counts, in its order (`ingest.SUMMARY_KEYS`), for every format: a pairwise record is
+        # kept as one chain per response, so the chains may outnumber the records kept
         *_table(("what", "count"), [("records in", stats["n_records"]),
-                                    # a pairwise record is kept as one chain per response
-                                    *([("records kept", stats["n_kept"])]
-                                      if stats.get("n_kept", stats["n_chains"]) != stats["n_chains"] else []),
-                                    ("chains kept", stats["n_chains"]),
-                                    ("records rejected", stats["n_rejected"]), ("steps", stats["n_steps"])]), "",
+                                    ("records kept", stats.get("n_kept", stats["n_records"] - stats["n_rejected"])),
+                                    ("records rejected", stats["n_rejected"]), ("chains kept", stats["n_chains"]),
+                                    ("steps", stats["n_steps"])]), "",
         ("Every rejected record is listed in `stats.json` (`rejected`) with its file:line, field and reason."
          if "rejected_file" not in stats else
          f"Every rejected record is listed in `{stats['rejected_file']}` with its file:line, field and reason "

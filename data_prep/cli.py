@@ -142,31 +142,13 @@ def main(args: argparse.Namespace) -> int:
     datasets.disable_progress_bars()
     progress = not args.quiet and sys.stderr.isatty()
     if args.data_command == "ingest":
-        from stepcritic.data_prep.ingest import ingest
+        from stepcritic.data_prep.ingest import ingest, summary_lines
 
         stats = ingest(args.format, args.input, args.out, args.image_root, args.on_error,
                        log=lambda m: print(m, file=sys.stderr), soft_threshold=args.soft_threshold,
                        num_proc=args.num_proc, overwrite=args.overwrite, progress=progress)
-        # a pairwise item is one record and a chain per response: then the records kept are not the chains
-        keys = ("n_records", *(("n_kept",) if stats["n_kept"] != stats["n_chains"] else ()), "n_chains")
-        print(f"ingested {_summary(stats, (*keys, 'n_steps', 'n_rejected'))} -> {args.out}")
-        if "rejected_file" in stats:
-            print(f"note: every rejected record is listed in {args.out}/{stats['rejected_file']}")
-        notes = stats["label_notes"]
-        if notes["neutral_steps"]:
-            print(f"note: {notes['neutral_steps']} neutral steps keep correct=null (data build --neutral decides)")
-        if notes["soft_labelled_steps"]:
-            print(f"note: {notes['soft_labelled_steps']} steps with a soft label; above {stats['soft_threshold']}: "
-                  f"{notes['soft_labelled_correct']} correct, {notes['soft_labelled_incorrect']} incorrect")
-        if notes["multi_image_chains"]:
-            print(f"note: {notes['multi_image_chains']} chains show several images ({notes['extra_images']} beyond "
-                  "the first), all kept in order; ids in stats.json multi_image_chains")
-        if stats["text_only_chains"]:
-            print(f"note: {stats['text_only_chains']} chains are text only (no image)")
-        if "chain_label_check" in stats:
-            check = stats["chain_label_check"]
-            print(f"step-derived chain correctness vs {check['field']}: {check['agree']} agree, "
-                  f"{check['disagree']} disagree")
+        for line in summary_lines(stats, args.out):
+            print(line)
         return 0
     if args.data_command == "synth":
         from stepcritic.data_prep.synth import check_options, parse_fault_rates, synthesize_to_disk

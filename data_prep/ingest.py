@@ -96,6 +96,37 @@ def read_records(path: str) -> Iterator[tuple[str, object]]:
             raise IngestError(f"{path}:{lineno + 1}: not UTF-8 text ({e.reason}); expected JSON lines") from None
 
 
+# the summary line's counts, in this order for every format: records in = kept + rejected, then what the kept
+# records hold (a pairwise record is one chain per response, so chains may outnumber the records kept)
+SUMMARY_KEYS = ("n_records", "n_kept", "n_rejected", "n_chains", "n_steps")
+
+
+def summary_lines(stats: dict, out: str | None) -> list[str]:
+    """What `data ingest` prints once done: one summary line of the same counts for every format, then a note for
+    each thing the counts do not say (rejections listed in a file, neutral, soft-labelled, multi-image and text-only
+    chains, a source's own chain-label check)."""
+    assert stats["n_records"] == stats["n_kept"] + stats["n_rejected"]  # nothing lost between in and out
+    lines = ["ingested " + ", ".join(f"{k}={stats[k]}" for k in SUMMARY_KEYS) + f" -> {out}"]
+    if "rejected_file" in stats:
+        lines.append(f"note: every rejected record is listed in {out}/{stats['rejected_file']}")
+    notes = stats["label_notes"]
+    if notes["neutral_steps"]:
+        lines.append(f"note: {notes['neutral_steps']} neutral steps keep correct=null (data build --neutral decides)")
+    if notes["soft_labelled_steps"]:
+        lines.append(f"note: {notes['soft_labelled_steps']} steps with a soft label; above {stats['soft_threshold']}: "
+                     f"{notes['soft_labelled_correct']} correct, {notes['soft_labelled_incorrect']} incorrect")
+    if notes["multi_image_chains"]:
+        lines.append(f"note: {notes['multi_image_chains']} chains show several images ({notes['extra_images']} "
+                     "beyond the first), all kept in order; ids in stats.json multi_image_chains")
+    if stats["text_only_chains"]:
+        lines.append(f"note: {stats['text_only_chains']} chains are text only (no image)")
+    if "chain_label_check" in stats:
+        check = stats["chain_label_check"]
+        lines.append(f"step-derived chain correctness vs {check['field']}: {check['agree']} agree, "
+                     f"{check['disagree']} disagree")
+    return lines
+
+
 class LabelCounts:
     """Per-aspect label counts over the kept chains, added one chain at a time."""
 

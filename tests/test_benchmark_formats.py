@@ -162,5 +162,5 @@ def test_cli_says_records_kept_and_chains(tmp_path):
                         "--input", os.path.join(FIXTURES, INPUTS["mm-rlhf-rewardbench"]), "--out", str(tmp_path / "o"),
                         "--on-error", "skip"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "n_records=6, n_kept=3, n_chains=6" in r.stdout and "Traceback" not in r.stderr
+    assert "n_records=6, n_kept=3, n_rejected=3, n_chains=6" in r.stdout and "Traceback" not in r.stderr
     assert json.load(open(tmp_path / "o" / "stats.json"))["n_kept"] == 3

@@ -141,7 +141,7 @@ def test_cli_prints_the_notes(tmp_path, capsys):
             "--on-error", "skip", "--soft-threshold", "0.3"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "n_records=8, n_chains=4, n_steps=8, n_rejected=4" in out
+    assert "n_records=8, n_kept=4, n_rejected=4, n_chains=4, n_steps=8" in out
     assert "8 steps with a soft label; above 0.3: 4 correct, 4 incorrect" in out
     assert "1 chains show several images (1 beyond the first), all kept in order" in out
 
