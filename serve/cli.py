@@ -78,6 +78,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
 
 
 def main(args) -> int:
+    from stepcritic.errors import require_extra
+
+    require_extra("serve", "the HTTP server")  # before the judge loads: the server could not start without it
     from stepcritic.serve.server import serve
     from stepcritic.serve.settings import from_args
 

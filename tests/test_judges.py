@@ -92,7 +92,9 @@ def test_python_judges_are_built_by_the_registry_like_any_kind():
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_vllm_without_the_extra_is_a_clear_error():
-    with pytest.raises(RuntimeError, match=r"pip install 'stepcritic\[vllm\]'"):
+    from stepcritic.errors import MissingExtra
+
+    with pytest.raises(MissingExtra, match=r"pip install 'stepcritic\[vllm\]'"):
         make_judge("vllm:some/model")
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from transformers import HfArgumentParser, TrainingArguments
 
 from stepcritic.data_prep.contract import HELD_OUT, METHOD_KINDS
-from stepcritic.errors import UserError
+from stepcritic.errors import UserError, missing_extra
 
 logger = logging.getLogger(__name__)
 
@@ -451,6 +451,21 @@ def first_senseless_value(method: str, values) -> tuple[str, str] | None:
     return None
 
 
+def missing_extra_of(values) -> tuple[str, str] | None:
+    """(key, one line) for a logger in `report_to` or a `deepspeed` config whose optional extra is not installed,
+    or None: transformers would fail on it with a traceback once the model has loaded, or while parsing."""
+    report_to = getattr(values, "report_to", None)
+    loggers = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    needs = [("report_to", name, f"`report_to: {name}`") for name in loggers if name in ("tensorboard", "wandb")]
+    if getattr(values, "deepspeed", None):
+        needs.append(("deepspeed", "deepspeed", "`deepspeed`"))
+    for key, extra, needed_by in needs:
+        message = missing_extra(extra, needed_by)
+        if message:
+            return key, message
+    return None
+
+
 def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) -> Recipe:
     """Parse a recipe file (or a shipped recipe's name, `tiny/prm`); `overrides` (`["--key", "value",
     "--key=value"]` or a mapping) win over the YAML. Values a run cannot start with are refused here too."""
@@ -493,7 +508,8 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
     launcher_argv, launcher_notes = _launcher_overrides(os.environ)
     argv += launcher_argv
     adjustments += launcher_notes
-    problem = first_senseless_value(method, parser.parse_known_args(argv)[0])
+    parsed = parser.parse_known_args(argv)[0]
+    problem = first_senseless_value(method, parsed) or missing_extra_of(parsed)
     if problem:
         key, text = problem
         raise RecipeError(f"{'override' if key in overridden else path}: {text}")

@@ -20,7 +20,6 @@ the length check was skipped and why.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -28,7 +27,7 @@ import sys
 
 from stepcritic.data_prep import contract
 from stepcritic.data_prep.contract import TRAIN, DataContractError
-from stepcritic.errors import UserError
+from stepcritic.errors import UserError, missing_extra
 from stepcritic.train import common, loading, modality
 from stepcritic.train.common import ModelNotFound
 from stepcritic.train.config import DATASET_KINDS
@@ -69,8 +68,13 @@ def check_dataset_kind(recipe) -> str:
 
 def check_model_path(recipe) -> None:
     """A model named by a local path (absolute, ./, ../ or ~) must exist: said in one line before anything loads.
-    Hub names are left to `from_pretrained` (offline, an uncached name fails there, also as one line)."""
+    Hub names are left to `from_pretrained` (offline, an uncached name fails there, also as one line). The SmolLM2
+    tiny critic's language model comes from an optional extra: a missing one is said here too."""
     if recipe.script_args.tiny_model:
+        if recipe.script_args.tiny_model_lm == "smollm2":
+            from stepcritic.train.tiny.smol import gguf_location
+
+            gguf_location()
         return
     path = recipe.model_args.model_name_or_path or ""
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path)
@@ -223,9 +227,9 @@ def launcher() -> tuple[str, int, list[str]]:
         offloaded = set(offload.values()) - {"none"}
         parts.append(f"DeepSpeed ZeRO-{stage}" + (f" (offload optimizer {offload['optimizer']}, params "
                                                   f"{offload['param']})" if offloaded else ""))
-        if importlib.util.find_spec("deepspeed") is None:
-            problems.append("the launcher asks for DeepSpeed but it is not installed: "
-                            "pip install -c constraints.txt -e '.[deepspeed]'")
+        missing = missing_extra("deepspeed", "the launcher's DeepSpeed config")
+        if missing:
+            problems.append(missing)
     elif env.get("ACCELERATE_USE_FSDP", "").lower() == "true":
         parts.append("FSDP")
     elif processes > 1:

@@ -8,29 +8,22 @@ prompt unless told otherwise: `max_images=N` for chains with several.
 
 from __future__ import annotations
 
-import importlib.util
-
-from stepcritic.errors import UserError
+from stepcritic.errors import require_extra
 from stepcritic.eval.judges.artifacts import weights_digest
 from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply
 from stepcritic.eval.judges.openai_judge import openai_messages
 
 
-class VLLMMissing(UserError, RuntimeError):
-    """The optional vLLM extra is not installed here: a setup problem, reported as one line."""
-
-
 class VLLMJudge(GenerativeJudge):
     kind = "vllm"
+    CONTINUES = True  # goes on writing an assistant turn begun in the prompt (`Prompt.continue_final`)
     OPTIONS = {**GenerativeJudge.OPTIONS, "gpu_memory_utilization": float, "max_model_len": int,
                "tensor_parallel_size": int, "max_images": int}
     RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"gpu_memory_utilization", "tensor_parallel_size", "max_images"}
 
     def __init__(self, spec: str, target: str | None = None, gpu_memory_utilization: float = 0.85,
                  max_model_len: int = 8192, tensor_parallel_size: int = 1, max_images: int = 1, **options):
-        if importlib.util.find_spec("vllm") is None:
-            raise VLLMMissing("the vllm judge needs the optional vLLM extra on a GPU machine: "
-                               "pip install 'stepcritic[vllm]' (or use hf:MODEL_DIR, which needs no extra)")
+        require_extra("vllm", "the vllm judge", "or use hf:MODEL_DIR, which needs no extra")
         if not target:
             raise ValueError("the vllm judge needs a model folder or Hub id: vllm:MODEL_DIR")
         options.setdefault("batch_size", 256)  # vLLM schedules a large batch better than many small ones
@@ -62,5 +55,14 @@ class VLLMJudge(GenerativeJudge):
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens)
-        outputs = self._llm().chat([openai_messages(p) for p in prompts], params, use_tqdm=False)
-        return [Reply(text=out.outputs[0].text) for out in outputs]
+        replies: list[Reply | None] = [None] * len(prompts)
+        # `LLM.chat` continues the last turn or opens a new one for a whole call: one call for each kind of prompt
+        for continuing in (False, True):
+            chosen = [i for i, p in enumerate(prompts) if p.continue_final == continuing]
+            if not chosen:
+                continue
+            outputs = self._llm().chat([openai_messages(prompts[i]) for i in chosen], params, use_tqdm=False,
+                                       add_generation_prompt=not continuing, continue_final_message=continuing)
+            for i, out in zip(chosen, outputs):
+                replies[i] = Reply(text=out.outputs[0].text)
+        return replies

@@ -121,6 +121,9 @@ def merged_path(cache_dir: str | os.PathLike | None = None) -> str:
 def base_path(cache_dir: str | os.PathLike | None = None, log=None) -> str:
     """The folder to start a SmolLM2 tiny critic from: the shipped base merged into the scaffold when it fits the
     code, else the scaffold after vision pre-training only, with one line saying so."""
+    from stepcritic.train.tiny.smol import gguf_location
+
+    gguf_location()  # without SmolLM2 neither can be built: one line naming its extra, not a fallback's note
     reason = stale_reason(cache_dir)
     if reason is None:
         return merged_path(cache_dir)

