@@ -105,8 +105,9 @@ def test_vllm_without_the_extra_is_a_clear_error():
     ("openai:m", "openai:m,batch_size=64,concurrency=16", "openai:m,temperature=0.7"),
     ("text-only:openai:m", "text-only:openai:m,batch_size=64", "text-only:openai:m,max_tokens=64"),
 ])
-def test_runtime_options_keep_the_cache_and_output_options_do_not(plain, faster, other):
+def test_runtime_options_keep_the_cache_and_output_options_do_not(plain, faster, other, monkeypatch):
     # building a judge loads no model, and a folder that does not exist is digested by its name
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # OpenAI's own API is refused without one
     plain, faster, other = map(make_judge, (plain, faster, other))
     assert plain.fingerprint() == faster.fingerprint() != other.fingerprint()
     assert plain.cache_name == faster.cache_name != other.cache_name

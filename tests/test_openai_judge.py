@@ -228,3 +228,41 @@ def test_one_unanswered_prompt_of_several_leaves_the_chain_failed(mode):
         judge = judge_for(server, max_retries=0, mode=mode, task="step_type")
         (critique,) = judge.judge_batch(chains(2)[:1])
     assert critique.failed and "HTTP 500" in critique.error
+
+
+def test_no_api_key_for_openais_own_api_stops_before_any_request(monkeypatch, tmp_path, capsys):
+    """`env -u OPENAI_API_KEY stepcritic eval --judge openai:gpt-4o` is one line naming the variable, exit 2, and
+    no request at all (it used to retry every chain against the network, then report DNS)."""
+    import urllib.request
+
+    from stepcritic import cli
+    from stepcritic.data_prep.schema import save_chains, validate_chain
+
+    sent = []
+
+    def no_network(request, *args, **kwargs):
+        sent.append(request.full_url)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    chains_dir = str(tmp_path / "chains")
+    save_chains([validate_chain(c) for c in chains(4)], chains_dir)
+    out = tmp_path / "e2"
+    code = cli.main(["eval", "--chains", chains_dir, "--limit", "5", "--judge", "openai:gpt-4o", "--tasks", "critique",
+                     "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("stepcritic eval: error: ") and "$OPENAI_API_KEY is not set" in err[0], err
+    assert sent == [] and not (out / "report.md").exists()
+
+    monkeypatch.setenv("OPENAI_API_KEY", "")  # an empty key sends no Authorization header either
+    with pytest.raises(ValueError, match=r"\$OPENAI_API_KEY is not set"):
+        make_judge("openai:gpt-4o")
+    with pytest.raises(ValueError, match=r"\$MY_OPENAI_KEY is not set"):
+        make_judge("openai:gpt-4o,api_key_env=MY_OPENAI_KEY,base_url=https://api.openai.com/v1/")
+    # a local OpenAI-compatible server (vLLM, SGLang) may need no key: only OpenAI's own API is refused
+    make_judge({"kind": "openai", "target": "m", "base_url": "http://127.0.0.1:9/v1"}).close()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    make_judge("openai:gpt-4o").close()
+    assert sent == []

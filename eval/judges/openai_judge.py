@@ -13,7 +13,8 @@ requests go out as soon as an earlier chain's critique has been handed over (and
 `concurrency` requests when it resumes. (LookBack, several rounds per chain, still works batch by batch.)
 
 The API key is read from the environment variable named by `api_key_env` and kept out of the
-fingerprint, the options, repr, raw outputs and error messages.
+fingerprint, the options, repr, raw outputs and error messages. For OpenAI's own API (the default `base_url`) a
+variable that is unset or empty is an error when the judge is made, before any request.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import base64
 import json
 import os
 from collections.abc import Iterable, Iterator
+from urllib.parse import urlsplit
 
 from stepcritic.data_prep.images import png_bytes
 from stepcritic.eval.judges.base import Critique
@@ -30,6 +32,8 @@ from stepcritic.eval.judges.http_client import EndpointUnavailable, Failure, HTT
 
 # EndpointUnavailable is defined in http_client; callers of this judge catch it under this name too
 __all__ = ["EndpointUnavailable", "OpenAIJudge", "openai_messages"]
+# the default base_url's host, which answers nothing without a key (a local server may need none)
+PUBLIC_HOST = "api.openai.com"
 
 
 def openai_messages(prompt: Prompt) -> list[dict]:
@@ -66,6 +70,11 @@ class OpenAIJudge(GenerativeJudge):
         super().__init__(spec, target=target, base_url=base_url, api_key_env=api_key_env,
                          concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
                          **options)
+        if not os.environ.get(api_key_env) and urlsplit(base_url).hostname == PUBLIC_HOST:
+            # every request would be refused, each after its retries: say so before the first one (and after the
+            # spec's own mistakes)
+            raise ValueError(f"${api_key_env} is not set, and {base_url} needs an API key: export {api_key_env}=..., "
+                             f"or name another variable with api_key_env=VAR")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.concurrency, self.timeout = concurrency, timeout
         self.max_retries, self.backoff = max_retries, backoff
