@@ -82,6 +82,9 @@ def cpu_has_bf16() -> bool:
     `bf16: false`)."""
     import torch
 
+    # torch capped below AVX-512 (ATEN_CPU_CAPABILITY=avx2, as on most CPUs) runs bfloat16 emulated
+    if not getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "AVX512")().startswith("AVX512"):
+        return False
     cpu = getattr(torch, "cpu", None)
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(cpu, probe, lambda: False)()) for probe in probes)

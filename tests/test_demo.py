@@ -114,6 +114,10 @@ def test_bfloat16_only_where_the_cpu_computes_in_it(monkeypatch):
 
     from stepcritic.demo import cpu_has_bf16
 
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    assert cpu_has_bf16() is False  # torch held to AVX2 computes bfloat16 emulated, whatever the CPU has
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     for avx512_bf16, amx, expected in ((True, False, True), (False, True, True), (False, False, False)):
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v, raising=False)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v, raising=False)

@@ -49,11 +49,13 @@ def test_without_the_wheel_the_error_says_how_to_install_it(monkeypatch):
     assert not smol.available()
 
 
+@pytest.mark.slow  # SmolLM2 training: minutes on a CPU without AVX-512
 def test_base_pretraining_on_smollm2_trains_adapters_and_leaves_the_language_model_as_it_was(scaffold, tmp_path):
     """The answers' loss on a fixed batch of scene questions falls within a few steps, the update lives in the LoRA
     matrices, the projector and the tower (a few MB), and the 135M language-model weights are untouched."""
     import torch
 
+    from stepcritic.demo import cpu_has_bf16
     from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny.base_pretrain import SceneConversations, pretrain_base
 
@@ -67,7 +69,7 @@ def test_base_pretraining_on_smollm2_trains_adapters_and_leaves_the_language_mod
             return float(model(**held).loss)
 
     first = held_loss()
-    pretrain_base(model, processor, 8, batch_size=2, learning_rate=1e-3, log_every=4, bf16=True)
+    pretrain_base(model, processor, 8, batch_size=2, learning_rate=1e-3, log_every=4, bf16=cpu_has_bf16())
     assert held_loss() < 0.85 * first  # 3.15 -> 2.30 when written
     model.save_pretrained(tmp_path / "base")
     assert os.path.getsize(tmp_path / "base" / "adapter_model.safetensors") < 10 * 2**20
