@@ -27,10 +27,10 @@ demo-quick: $(STAMP)
 	$(VENV)/bin/stepcritic demo --quick --out demo_out_quick
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow --durations=25
 
 # ruff (configured in pyproject.toml); installed on first use, it is not a runtime dependency
 lint: $(STAMP)
