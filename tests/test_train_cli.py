@@ -94,6 +94,40 @@ def test_listing_and_an_unknown_name_answer_without_importing_torch():
     assert result.returncode == 0, result.stderr
 
 
+def test_help_lists_the_common_recipe_keys_with_their_meanings_without_importing_torch():
+    """`--max_steps -1` means "the epochs decide": `train --help` says so, with the other keys most runs override,
+    and stays as fast as the rest of `--help` (no torch, no transformers)."""
+    code = ("import contextlib, io, sys\nfrom stepcritic.cli import main\nout = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n    main(['train', '--help'])\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'loaded'\nprint(out.getvalue())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("  --")}
+    for key in ("--dataset_path", "--output_dir", "--max_steps", "--num_train_epochs", "--learning_rate",
+                "--per_device_train_batch_size", "--model_name_or_path", "--report_to", "--overwrite_output_dir"):
+        assert key in lines and len(lines[key].split()) > 3, (key, sorted(lines))  # a key with its meaning
+    assert "-1 (the default) means --num_train_epochs decides" in lines["--max_steps"]
+
+
+def test_the_common_keys_in_help_are_recipe_keys_with_the_defaults_it_states():
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    from stepcritic.train.cli import COMMON_KEYS
+
+    recipe = parse_recipe("tiny/prm", {"dataset_path": "data/prm-sft"})
+    configs = (recipe.script_args, recipe.model_args, recipe.training_args)
+    for key, _ in COMMON_KEYS:
+        name = key.split()[0].removeprefix("--")
+        assert any(hasattr(config, name) for config in configs), name
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+    stated = dict(COMMON_KEYS)
+    assert defaults["max_steps"] == -1 and "-1 (the default)" in stated["--max_steps N"]
+    assert f"(default {defaults['num_train_epochs']:g})" in stated["--num_train_epochs E"]
+    assert f"(default {defaults['seed']})" in stated["--seed S"]
+
+
 def test_an_unknown_recipe_is_one_line_with_the_nearest_name(capsys):
     """A mistyped name names the recipe it probably meant, and where the list is."""
     assert stepcritic(["train", "--config", "tiny/pmr", "--dry-run"]) == 2

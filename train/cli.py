@@ -13,6 +13,33 @@ from __future__ import annotations
 import argparse
 import sys
 
+# The recipe keys most runs override, with what they mean. Written out rather than read from the configs, so that
+# `--help` loads no transformers; tests/test_train_cli.py checks that each is a recipe key and that the defaults hold.
+COMMON_KEYS = (
+    ("--dataset_path DIR", "the folder `stepcritic data build` wrote (one dataset kind)"),
+    ("--output_dir DIR", "where checkpoints, the trained model and its model card are written"),
+    ("--model_name_or_path M", "the model folder or Hub id to start from (not used with --tiny_model true)"),
+    ("--tiny_model true", "train the offline tiny critic instead: CPU-sized, no model hub"),
+    ("--max_steps N", "optimizer steps to train; -1 (the default) means --num_train_epochs decides"),
+    ("--num_train_epochs E", "passes over the training rows when --max_steps is -1 (default 3)"),
+    ("--max_train_samples N", "use at most N training rows"),
+    ("--max_train_minutes M", "stop after M minutes of wall time; the model is saved as usual"),
+    ("--learning_rate LR", "the initial learning rate"),
+    ("--per_device_train_batch_size B", "rows per device per step; the global batch is B x G x processes"),
+    ("--gradient_accumulation_steps G", "steps whose gradients add up before each optimizer step"),
+    ("--use_peft true|false", "train LoRA adapters (--lora_r, --lora_alpha) rather than every weight"),
+    ("--report_to none|tensorboard|wandb", "where training metrics go (the last two need their extras)"),
+    ("--seed S", "the random seed for data order and initialisation (default 42)"),
+    ("--overwrite_output_dir true", "train from the start into a folder that holds a finished model"),
+)
+
+
+def common_keys_help() -> str:
+    width = max(len(key) for key, _ in COMMON_KEYS)
+    lines = [f"  {key:<{width}}  {meaning}" for key, meaning in COMMON_KEYS]
+    return ("common recipe keys (every recipe key works as --key value; defaults are for a recipe that sets none):\n"
+            + "\n".join(lines))
+
 
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="stepcritic train", description=__doc__.splitlines()[0])
@@ -27,6 +54,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                              "happens to output_dir) and print the plan: method, model, rows, global batch, steps; "
                              "exit 2 with one line per problem")
     parser.epilog = (
+        common_keys_help() + "\n\n"
         "Any further --key value pairs override the recipe (e.g. --learning_rate 1e-4 --output_dir runs/x).\n"
         "Running the same command again resumes from output_dir's latest checkpoint; a folder that holds a finished\n"
         "model is refused unless --overwrite_output_dir true (train from the start) or another --output_dir.\n"
