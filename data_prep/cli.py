@@ -11,6 +11,7 @@ from stepcritic.data_prep.contract import KINDS, SPLITS, VERIFIER_LAYOUTS
 from stepcritic.data_prep.ingest import FORMATS
 from stepcritic.data_prep.labels import NEUTRAL_POLICIES, SOFT_THRESHOLD, STEP_TARGETS
 from stepcritic.data_prep.synth import LEVELS
+from stepcritic.policy.cli import add_label_parser, run_label
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
@@ -120,6 +121,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                    help="worker processes that check the chains and make and encode the rows (default 1); the "
                         "dataset and build_stats.json are the same for any number")
     _output_options(p)
+    add_label_parser(sub)
     return parser
 
 
@@ -164,6 +166,7 @@ def main(args: argparse.Namespace) -> int:
         from stepcritic.data_prep import outputs
         from stepcritic.data_prep.build import BuildError, build_dataset, check_options
         from stepcritic.data_prep.schema import load_chains
+        from stepcritic.data_prep.sizes import size_line
 
         if not 0 < args.test_fraction < 1:
             raise BuildError(f"--test-fraction must be between 0 and 1 (the share of groups held out for the "
@@ -176,10 +179,11 @@ def main(args: argparse.Namespace) -> int:
                        critique_notes=True if args.critique_notes == "rewrite" else args.critique_notes)
         check_options(args.kind, args.test_fraction, **options)  # before reading any chain
         outputs.check_out(args.out, args.overwrite, {"--chains": args.chains, "--template": args.template})
-        stats = build_dataset(load_chains(args.chains), args.kind, args.out, test_fraction=args.test_fraction,
-                              seed=args.seed, overwrite=args.overwrite, allow_empty=False, progress=progress,
-                              **options)
+        chains = load_chains(args.chains)
+        stats = build_dataset(chains, args.kind, args.out, test_fraction=args.test_fraction, seed=args.seed,
+                              overwrite=args.overwrite, allow_empty=False, progress=progress, **options)
         print(f"built {args.kind}: {json.dumps(stats['rows'])} -> {args.out}")
+        print(size_line(stats, chains, args.chains, args.out))
         if stats["chains_skipped"].get("over_mix_quota"):
             print(f"note: {stats['chains_skipped']['over_mix_quota']} chains left out to keep the corruption mix "
                   "(see the card)")
@@ -190,4 +194,6 @@ def main(args: argparse.Namespace) -> int:
             print(f"note: {stats['explanations']['placeholder']} incorrect steps have no reference critique; "
                   "their target explanation is a placeholder (see the card)")
         return 0
+    if args.data_command == "label":
+        return run_label(args)
     raise AssertionError(args.data_command)
