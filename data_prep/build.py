@@ -13,6 +13,7 @@ Kinds:
                  P(+) per step (1/0, the soft label with --step-targets soft, null: no loss), "images", ...}
 - critique-pref: {"prompt", "chosen"=gold critique, "rejected"=corrupted critique, "images", "corruption", ...}
 - outcome-rm:    {"prompt", "chosen"=a fully correct chain, "rejected"=an incorrect chain of the same group, ...}
+- policy-sft:    {"messages": [user=image + question, assistant=a clean chain, one step per line], "images", ...}
 
 Chains whose labels cannot supply a target are skipped and counted by reason: the critique kinds need
 every step's verdict and the answer verdict (a target with `null` verdicts would teach the critic to
@@ -51,7 +52,7 @@ from stepcritic.data_prep.splits import HELD_OUT, SPLITS, TRAIN, split_by_group
 from stepcritic.errors import UserError
 
 TEMPLATE_ROLE = {"critique-sft": "critique", "verifier-sft": "verifier", "prm-sft": "prm",
-                 "critique-pref": "critique", "outcome-rm": "outcome"}
+                 "critique-pref": "critique", "outcome-rm": "outcome", "policy-sft": "policy"}
 
 
 class BuildError(UserError, ValueError):
@@ -443,6 +444,8 @@ SKIP_REASONS = {
                "--critique-notes), or no step checks (--prm-notes check: synthetic chains have them)",
     "unknown_chain_label": "have no chain verdict (chain_correct)",
     "no_contrast_in_group": "have no chain of the other verdict in their group (the same image and question)",
+    "not_clean": "have a step that is not labelled correct, or an answer that is not (policy-sft trains on clean "
+                 "chains only)",
     pairs.NO_CORRUPTION: "take no corruption of the mix",
     pairs.OVER_QUOTA: "are over their corruption's share of the mix",
 }

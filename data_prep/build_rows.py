@@ -186,8 +186,20 @@ def _outcome_rm(chains, template, out: _SplitRows, **_) -> None:
     out.labels["rejected_chains"] += len({b["chain_id"] for _, b in chain_pairs})
 
 
+def _policy_sft(chains, template, out: _SplitRows, **_) -> None:
+    """Only clean chains (every step correct, the answer right) teach a policy: a wrong step it is shown, it learns to
+    write. Its mistakes when sampled are then its own, which is what a critic of its chains has to judge."""
+    for chain in chains:
+        if any(s["correct"] is not True for s in chain["steps"]) or chain.get("answer_correct") is not True:
+            out.skipped["not_clean"] += 1
+            continue
+        messages = prompts.policy_messages(chain, template) + [prompts.assistant_turn(prompts.policy_target(chain))]
+        out.rows.append({"messages": messages, **_ids(chain)})
+        out.labels["clean chains"] += 1
+
+
 BUILDERS = {"critique-sft": _critique_sft, "verifier-sft": _verifier_sft, "prm-sft": _prm_sft,
-            "critique-pref": _critique_pref, "outcome-rm": _outcome_rm}
+            "critique-pref": _critique_pref, "outcome-rm": _outcome_rm, "policy-sft": _policy_sft}
 
 
 def features(kind: str, verifier_layout: str = "rows"):
@@ -213,5 +225,6 @@ def features(kind: str, verifier_layout: str = "rows"):
         "outcome-rm": {"prompt": messages, "chosen": messages, "rejected": messages, "images": List(Image()),
                        "chosen_chain_id": Value("string"), "rejected_chain_id": Value("string"),
                        "group_id": Value("string")},
+        "policy-sft": {"messages": messages, **ids},
     }
     return Features(columns[kind])

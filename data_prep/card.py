@@ -15,6 +15,9 @@ KIND_DESCRIPTIONS = {
                      "mistake (the `corruption` column).",
     "outcome-rm": "Chain-level reward pairs: chosen = a fully correct chain, rejected = an incorrect chain for the "
                   "same image and question.",
+    "policy-sft": "Conversational SFT for a policy: the user turn shows the image and asks the question, the "
+                  "assistant turn is a clean chain (every step correct, the answer right), one step per line; "
+                  "`stepcritic generate` samples the trained policy's own chains.",
 }
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from stepcritic.data_prep import critique, schema
+from stepcritic.data_prep import answers, critique, schema
 
 PRM_POSITIVE = "+"
 PRM_NEGATIVE = "-"
@@ -42,7 +42,8 @@ VERIFIER_TASKS: dict[str, tuple[str, ...]] = {
 }
 CHAIN_LEVEL_TASKS = ("chain_correctness",)
 
-DEFAULT_TEMPLATES = {"critique": "critique", "verifier": "verifier", "prm": "prm", "outcome": "outcome"}
+DEFAULT_TEMPLATES = {"critique": "critique", "verifier": "verifier", "prm": "prm", "outcome": "outcome",
+                     "policy": "policy"}
 
 # Shown in the critique prompt so the requested format is exactly what `critique.parse_critique` reads.
 CRITIQUE_FORMAT_EXAMPLE = critique.format_critique({
@@ -360,6 +361,18 @@ def outcome_messages(chain: dict, template: str | PromptTemplate | None = None) 
     """(prompt, completion) for chain-level reward modelling: image + question, then the whole chain."""
     prompt = [_shown(chain, _resolve(template, "outcome").render(question=chain["question"], **_text_only(chain)))]
     return prompt, [assistant_turn(chain_completion_text(chain))]
+
+
+# ----------------------------------------------------------------------------- policy
+
+def policy_messages(chain: dict, template: str | PromptTemplate | None = None) -> list[dict]:
+    """The user turn a policy answers: the chain's images and its question (`policy.j2`)."""
+    return [_shown(chain, _resolve(template, "policy").render(question=chain["question"], **_text_only(chain)))]
+
+
+def policy_target(chain: dict) -> str:
+    """The chain as a policy writes it (`answers.policy_text`): one step per line, the answer stated last."""
+    return answers.policy_text(_step_texts(chain), chain.get("final_answer"))
 
 
 # ----------------------------------------------------------------------------- judging only (no training rows)

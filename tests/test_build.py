@@ -19,6 +19,7 @@ COLUMNS = {
     "prm-sft": {"messages", "step_targets", "images", "chain_id", "group_id"},
     "critique-pref": {"prompt", "chosen", "rejected", "images", "corruption", "chain_id", "group_id"},
     "outcome-rm": {"prompt", "chosen", "rejected", "images", "chosen_chain_id", "rejected_chain_id", "group_id"},
+    "policy-sft": {"messages", "images", "chain_id", "group_id"},
 }
 
 
@@ -268,6 +269,8 @@ def test_building_every_kind_from_1000_chains_takes_seconds(tmp_path):
         assert time.perf_counter() - start < 30, kind
         # critique-pref leaves out the chains over its mix's quota (counted), to keep the requested shares
         left_out = stats["chains_skipped"].pop("over_mix_quota", 0) if kind == "critique-pref" else 0
+        if kind == "policy-sft":  # a policy learns from the clean chains only: half of these
+            left_out = stats["chains_skipped"].pop("not_clean")
         assert stats["chains_used"] + left_out == 1000 and not stats["chains_skipped"], kind
         assert stats["groups"] == {"train": 225, "test": 25}
 

@@ -12,7 +12,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(REPO, "tests")
-SHIPPED_FOLDERS = ("data_prep", "train", "eval", "rewards", "serve", "recipes", "bench", "experiments", "testing")
+SHIPPED_FOLDERS = ("data_prep", "train", "eval", "rewards", "serve", "policy", "recipes", "bench", "experiments",
+                   "testing")
 # what the `stepcritic` command never runs: benchmarks and experiments may use the test doubles, nothing else may
 OUTSIDE_THE_COMMAND = ("bench", "experiments", "testing")
 
@@ -31,7 +32,7 @@ def test_module_imports_no_training_code(module):
 
 
 @pytest.mark.parametrize("module", ["stepcritic.cli", "stepcritic.data_prep.cli", "stepcritic.eval.cli",
-                                    "stepcritic.train.cli", "stepcritic.serve.cli"])
+                                    "stepcritic.train.cli", "stepcritic.serve.cli", "stepcritic.policy.cli"])
 def test_command_modules_import_only_the_standard_library(module):
     # what `--help` and the choices lists cost: the task, kind and format lists they import must stay stdlib-only
     code = ("import sys, json; before = set(sys.modules); "
@@ -122,7 +123,7 @@ def test_nothing_the_command_can_reach_imports_the_test_doubles():
     assert len(reachable) > 50 and offenders == []
 
 
-STAGES = ("data_prep", "train", "eval", "rewards", "serve", "bench", "experiments", "testing")
+STAGES = ("data_prep", "train", "eval", "rewards", "serve", "policy", "bench", "experiments", "testing")
 
 
 def stage_modules() -> dict[str, str]:

@@ -64,6 +64,8 @@ def hardware() -> str:
 def eval_command(method: str, output_dir: str, dataset_kind: str) -> str:
     """The `stepcritic eval` line for this checkpoint (the judge kind that reads what this method trained)."""
     folder = os.path.abspath(output_dir)
+    if dataset_kind == "policy-sft":  # a policy: its own chains, sampled (`stepcritic generate`)
+        return f"stepcritic generate --policy 'hf:{folder}' --chains CHAINS_DIR --samples 4 --out POLICY_CHAINS_DIR"
     if method == "prm":
         judge = f"prm:{folder}"
     elif method == "reward":

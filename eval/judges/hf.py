@@ -20,6 +20,7 @@ from stepcritic.eval.judges.generative import GenerativeJudge, Prompt, Reply, cr
 
 class HFJudge(GenerativeJudge):
     kind = "hf"
+    CONTINUES = True  # goes on writing an assistant turn begun in the prompt (`Prompt.continue_final`)
     OPTIONS = {**{k: v for k, v in GenerativeJudge.OPTIONS.items() if k != "max_tokens"},
                "max_new_tokens": int, "dtype": str, "device": str, "structured": bool}
 
@@ -109,7 +110,8 @@ class HFJudge(GenerativeJudge):
         replies = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start:start + self.batch_size]
-            texts = [processor.apply_chat_template(p.messages, add_generation_prompt=True, tokenize=False)
+            texts = [processor.apply_chat_template(p.messages, add_generation_prompt=not p.continue_final,
+                                                   continue_final_message=p.continue_final, tokenize=False)
                      for p in batch]
             images = [to_rgb(image) for p in batch for image in p.images]
             inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt").to(model.device)

@@ -17,6 +17,9 @@ from stepcritic.eval.judges.base import Critique
 class Prompt:
     messages: list  # chat messages; images are `{"type": "image"}` placeholders, filled from `images` in order
     images: list    # PIL images
+    # the last message is an assistant turn already begun, which the model goes on writing (a rollout from a step
+    # prefix, `stepcritic data label`); backends that cannot continue a turn say so (`CONTINUES`)
+    continue_final: bool = False
 
 
 @dataclass

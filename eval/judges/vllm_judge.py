@@ -16,6 +16,7 @@ from stepcritic.eval.judges.openai_judge import openai_messages
 
 class VLLMJudge(GenerativeJudge):
     kind = "vllm"
+    CONTINUES = True  # goes on writing an assistant turn begun in the prompt (`Prompt.continue_final`)
     OPTIONS = {**GenerativeJudge.OPTIONS, "gpu_memory_utilization": float, "max_model_len": int,
                "tensor_parallel_size": int, "max_images": int}
     RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"gpu_memory_utilization", "tensor_parallel_size", "max_images"}
@@ -54,5 +55,14 @@ class VLLMJudge(GenerativeJudge):
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens)
-        outputs = self._llm().chat([openai_messages(p) for p in prompts], params, use_tqdm=False)
-        return [Reply(text=out.outputs[0].text) for out in outputs]
+        replies: list[Reply | None] = [None] * len(prompts)
+        # `LLM.chat` continues the last turn or opens a new one for a whole call: one call for each kind of prompt
+        for continuing in (False, True):
+            chosen = [i for i, p in enumerate(prompts) if p.continue_final == continuing]
+            if not chosen:
+                continue
+            outputs = self._llm().chat([openai_messages(prompts[i]) for i in chosen], params, use_tqdm=False,
+                                       add_generation_prompt=not continuing, continue_final_message=continuing)
+            for i, out in zip(chosen, outputs):
+                replies[i] = Reply(text=out.outputs[0].text)
+        return replies
