@@ -12,7 +12,6 @@ from stepcritic.data_prep.ingest import FORMATS
 from stepcritic.data_prep.labels import NEUTRAL_POLICIES, SOFT_THRESHOLD, STEP_TARGETS
 from stepcritic.data_prep.synth import LEVELS
 from stepcritic.policy.cli import add_label_parser, run_label
-from stepcritic.policy.cli import add_label_parser, run_label
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
