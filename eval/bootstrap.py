@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from stepcritic.eval.metrics import weighted_auroc
+
 N_RESAMPLES = 1000
 LEVEL = 0.95
 SEED = 0
@@ -55,7 +57,8 @@ class GroupBootstrap:
         `codes(names)[code_of_each_item]` places items whose questions are given as codes into `names`."""
         return np.fromiter((self._index.get(g, -1) for g in names), dtype=np.int64, count=len(names))
 
-    def _positions(self, group_ids) -> np.ndarray:
+    def positions(self, group_ids) -> np.ndarray:
+        """Each item's question as a position in `counts` (`group_ids` names them, or gives positions already)."""
         if isinstance(group_ids, np.ndarray) and group_ids.dtype.kind in "iu":
             return group_ids  # positions already (`codes`)
         return np.fromiter((self._index[g] for g in group_ids), dtype=np.int64, count=len(group_ids))
@@ -69,7 +72,7 @@ class GroupBootstrap:
 
     def sums(self, group_ids, values) -> np.ndarray:
         """Per resample, the sum of `values` (one per item, item i in question group_ids[i])."""
-        per_group = np.bincount(self._positions(group_ids), weights=np.asarray(values, dtype=float),
+        per_group = np.bincount(self.positions(group_ids), weights=np.asarray(values, dtype=float),
                                 minlength=len(self.groups))
         return self._times(per_group)
 
@@ -79,50 +82,9 @@ class GroupBootstrap:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(den > 0, num / den, np.nan)
 
-    def f1(self, group_ids, gold_flags, pred_flags) -> np.ndarray:
-        """Pooled F1 of flagging (True = incorrect) per resample; NaN when nothing incorrect was drawn."""
-        gold, pred = np.asarray(gold_flags, dtype=bool), np.asarray(pred_flags, dtype=bool)
-        return self.fractional_f1(group_ids, gold & pred, pred, gold)
-
-    def fractional_f1(self, group_ids, tp, flagged, incorrect) -> np.ndarray:
-        """F1 from (possibly fractional) true positives: precision tp / flagged (0 when nothing is flagged),
-        recall tp / incorrect, as `metrics.explanation_match_f1` (and `step_f1`, with whole hits)."""
-        tp, flagged, incorrect = (self.sums(group_ids, x) for x in (tp, flagged, incorrect))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            precision = np.where(flagged > 0, tp / flagged, 0.0)
-            recall = np.where(incorrect > 0, tp / incorrect, np.nan)
-            f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
-        return np.where(incorrect > 0, f1, np.nan)
-
     def auroc(self, group_ids, positive, score, chunk_cells: int = BLOCK_CELLS) -> np.ndarray:
-        """ROC AUC of `score` for finding `positive` items, each item weighted by its question's draw count.
-
-        Items are grouped into distinct score levels; with P and N the positive and negative weight per level,
-        AUC = sum_l P_l (N below l + N_l / 2) / (total P x total N), ties counting a half as in sklearn. The items
-        of one question at one level weigh the same in every resample, so they are counted once, as a cell of
-        (level, question): a judge with few distinct scores costs resamples x questions, not resamples x items.
-        Resamples are processed a chunk at a time so the weight matrix stays within `chunk_cells` numbers.
-        """
-        positive = np.asarray(positive, dtype=bool)
-        levels, level_of = np.unique(np.asarray(score, dtype=float), return_inverse=True)
-        n_groups = max(1, len(self.groups))
-        cells, cell_of = np.unique(level_of.astype(np.int64) * n_groups + self._positions(group_ids),
-                                   return_inverse=True)
-        pos = np.bincount(cell_of, weights=positive, minlength=len(cells))
-        neg = np.bincount(cell_of, weights=~positive, minlength=len(cells))
-        cell_group = cells % n_groups
-        starts = np.searchsorted(cells // n_groups, np.arange(len(levels)))  # cells are sorted by level
-        out = np.empty(len(self.counts))
-        rows = max(1, chunk_cells // max(1, len(cells)))
-        for lo in range(0, len(self.counts), rows):
-            weights = self.counts[lo:lo + rows][:, cell_group].astype(float)
-            p = np.add.reduceat(weights * pos, starts, axis=1)
-            n = np.add.reduceat(weights * neg, starts, axis=1)
-            below = np.cumsum(n, axis=1) - n
-            total = p.sum(axis=1) * n.sum(axis=1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out[lo:lo + rows] = np.where(total > 0, (p * (below + n / 2)).sum(axis=1) / total, np.nan)
-        return out
+        """`metrics.weighted_auroc` of `score` for finding `positive` items, per resample of these draws."""
+        return weighted_auroc(positive, score, self.positions(group_ids), self.counts, chunk_cells)
 
 
 def interval(resampled: np.ndarray, level: float = LEVEL) -> list[float] | None:

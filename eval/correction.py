@@ -205,12 +205,23 @@ def _prompt(row: dict, review: dict):
 
 # ----------------------------------------------------------------------------- the task's section
 
+def _before_after(gold: list[dict], records: list[dict]) -> tuple[list, list]:
+    """Per chain, whether its answer was right before (None when the corrector was not asked) and after."""
+    before = [g["answer_correct"] if r["answered"] else None for g, r in zip(gold, records)]
+    return before, [r["after"] for r in records]
+
+
+def own_gain(gold: list[dict], corrections: dict | None, weights=None):
+    """VISCO's gain after the judge's own critiques, `metrics.correction_gain` (per resample with `weights`)."""
+    before, after = _before_after(gold, (corrections or {}).get("own") or [])
+    return M.correction_gain(before, after, [g["group_id"] for g in gold[:len(before)]], weights)["gain"]
+
+
 def _setting(gold: list[dict], records: list[dict] | None) -> dict:
     if records is None:
         return {"pcr": None, "ncr": None, "gain": None, "accuracy_before": None, "accuracy_after": None,
                 "n_incorrect_before": 0, "n_correct_before": 0, "n_failed": 0, "n_no_answer": 0}
-    before = [g["answer_correct"] if r["answered"] else None for g, r in zip(gold, records)]
-    after = [r["after"] for r in records]
+    before, after = _before_after(gold, records)
     scored = [(b, a) for b, a in zip(before, after) if b is not None]
     result = M.correction_gain(before, after)
     return {**result,

@@ -1,11 +1,10 @@
 """Bootstrap intervals for the headline metrics of one judge's section (`tasks.Metric.headline`).
 
-Each headline metric has a statistic here that recomputes it, per resample of the questions
-(`bootstrap.GroupBootstrap`), from the same items the metric function reads (the view's positions in the arrays of
-`columns`), with the same rules (gold None skipped, an unparsed verdict counts as not flagged, unreferenced incorrect
-steps left out of explanation F1...). With every question drawn once a statistic gives the metric's own value; a
-test checks that. The interval is stored beside the value, at the metric's `ci_key`; an undefined metric has none
-(None).
+Each headline metric has a statistic here that calls its own metric function (`metrics`, `process`, `correction`)
+on the items the section read (the view's positions in the arrays of `columns`), with the draws of
+`bootstrap.GroupBootstrap` as question weights: one value per resample, from the same rules. With every question
+drawn once a statistic gives the metric's own value; a test checks that. The interval is stored beside the value,
+at the metric's `ci_key`; an undefined metric has none (None).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from stepcritic.eval import best_of_n, pairwise, process, verifier
+from stepcritic.eval import best_of_n, correction, pairwise, process, verifier
 from stepcritic.eval import metrics as M
 from stepcritic.eval import tasks as T
 from stepcritic.eval.bootstrap import GroupBootstrap, interval
@@ -29,64 +28,51 @@ def _draws(groups: tuple) -> GroupBootstrap:
     return GroupBootstrap(groups)
 
 
-def _undefined(boot: GroupBootstrap) -> np.ndarray:
-    return np.full(len(boot.counts), np.nan)
-
-
 def _step_groups(data, boot: GroupBootstrap) -> np.ndarray:
     """Per step in view, its question's position in `boot`."""
     g = data.cols
     return boot.codes(g.group_names)[g.group[data.view.step_chain]]
 
 
+def _chain_groups(data, boot: GroupBootstrap) -> np.ndarray:
+    """Per chain in view, its question's position in `boot`."""
+    g = data.cols
+    return boot.codes(g.group_names)[g.group[data.view.chains]]
+
+
 def step_f1(data, boot: GroupBootstrap) -> np.ndarray:
-    gold, pred = data.cols.correct[data.view.steps], data.answers.verdict[data.view.steps]
-    known = ~np.isnan(gold)
-    return boot.f1(_step_groups(data, boot)[known], gold[known] == 0, pred[known] == 0) if known.any() else (
-        _undefined(boot))
+    steps = data.view.steps
+    return M.step_f1(data.cols.correct[steps], data.answers.verdict[steps], _step_groups(data, boot), boot)["f1"]
 
 
 def step_auroc(data, boot: GroupBootstrap) -> np.ndarray:
-    gold, score = data.cols.correct[data.view.steps], data.answers.score[data.view.steps]
-    known = ~np.isnan(gold) & ~np.isnan(score)
-    return boot.auroc(_step_groups(data, boot)[known], gold[known] == 0, 1.0 - score[known]) if known.any() else (
-        _undefined(boot))
+    steps = data.view.steps
+    return M.step_auroc(data.cols.correct[steps], data.answers.score[steps], _step_groups(data, boot), boot)
 
 
 def answer_f1(data, boot: GroupBootstrap) -> np.ndarray:
-    g, chains = data.cols, data.view.chains
-    gold, pred = g.answer[chains], data.answers.answer[chains]
-    known = ~np.isnan(gold)
-    groups = boot.codes(g.group_names)[g.group[chains]]
-    return boot.f1(groups[known], gold[known] == 0, pred[known] == 0) if known.any() else _undefined(boot)
+    chains = data.view.chains
+    return M.answer_f1(data.cols.answer[chains], data.answers.answer[chains], _chain_groups(data, boot), boot)["f1"]
 
 
 def explanation_f1(data, boot: GroupBootstrap) -> np.ndarray:
-    """`metrics.explanation_match_f1` per resample: fractional hits, unreferenced incorrect steps left out."""
     steps = data.view.steps
-    gold, pred, match = data.cols.correct[steps], data.answers.verdict[steps], data.answers.match[steps]
-    incorrect, flagged = gold == 0, pred == 0
-    kept = ~np.isnan(gold) & ~(incorrect & np.isnan(match))
-    if not kept.any():
-        return _undefined(boot)
-    hits = np.where(incorrect & flagged, match, 0.0)
-    return boot.fractional_f1(_step_groups(data, boot)[kept], hits[kept], flagged[kept], incorrect[kept])
+    return M.explanation_match_f1(data.cols.correct[steps], data.answers.verdict[steps], data.answers.match[steps],
+                                  _step_groups(data, boot), boot)["f1"]
 
 
 def viscore(data, boot: GroupBootstrap) -> np.ndarray:
-    """VISCO's geometric mean, recomputed from the three F1 of the same resample."""
-    with np.errstate(invalid="ignore"):
-        return np.cbrt(answer_f1(data, boot) * step_f1(data, boot) * explanation_f1(data, boot))
+    return M.viscore(answer_f1(data, boot), step_f1(data, boot), explanation_f1(data, boot))
 
 
 def invalid_rate(data, boot: GroupBootstrap) -> np.ndarray:
-    g, chains, a = data.cols, data.view.chains, data.answers
-    return boot.ratio(boot.codes(g.group_names)[g.group[chains]], a.n_invalid[chains], a.n_outputs[chains])
+    chains, a = data.view.chains, data.answers
+    return M.output_invalid_rate(np.column_stack([a.n_outputs[chains], a.n_invalid[chains]]),
+                                 _chain_groups(data, boot), boot)
 
 
 def choice_ranking_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
-    hits = M.choice_ranking_hits(choice_records(data.gold, data.preds))
-    return boot.ratio(list(hits), [h["hit"] for h in hits.values()], [1.0] * len(hits))
+    return M.choice_ranking_accuracy(choice_records(data.gold, data.preds), boot)["accuracy"]
 
 
 def circular_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
@@ -116,16 +102,8 @@ def bon_chain(data, boot: GroupBootstrap) -> np.ndarray:
 
 
 def correction_own_gain(data, boot: GroupBootstrap) -> np.ndarray:
-    """VISCO's PCR - NCR after the judge's own critiques, each ratio over the chains of the questions drawn."""
-    records = (data.corrections or {}).get("own") or []
-    items = [(c["group_id"], c["answer_correct"], r["after"]) for c, r in zip(data.gold, records)
-             if r["answered"] and c["answer_correct"] is not None]
-    groups = [g for g, _, _ in items]
-    pcr = boot.ratio(groups, [float(b is False and a is True) for _, b, a in items],
-                     [float(b is False) for _, b, _ in items])
-    ncr = boot.ratio(groups, [float(b is True and a is not True) for _, b, a in items],
-                     [float(b is True) for _, b, _ in items])
-    return pcr - ncr
+    """VISCO's PCR - NCR after the judge's own critiques (`correction.section`), per resample."""
+    return correction.own_gain(data.gold, data.corrections, boot)
 
 
 def first_error_f1(data, boot: GroupBootstrap) -> np.ndarray:
@@ -146,13 +124,9 @@ def first_error_f1(data, boot: GroupBootstrap) -> np.ndarray:
 
 
 def prmscore(data, boot: GroupBootstrap) -> np.ndarray:
-    """PRMBench's PRMScore per resample: the mean of the two classes' F1 over the steps of the questions drawn."""
-    gold, pred = data.cols.correct[data.view.steps], data.answers.verdict[data.view.steps]
-    known = ~np.isnan(gold)
-    if not known.any():
-        return _undefined(boot)
-    groups, incorrect, flagged = _step_groups(data, boot)[known], gold[known] == 0, pred[known] == 0
-    return (boot.f1(groups, incorrect, flagged) + boot.f1(groups, ~incorrect, ~flagged)) / 2
+    steps = data.view.steps
+    return process.prm_score(data.cols.correct[steps], data.answers.verdict[steps], _step_groups(data, boot),
+                             boot)["prmscore"]
 
 
 def pairwise_accuracy(data, boot: GroupBootstrap) -> np.ndarray:

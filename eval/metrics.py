@@ -18,6 +18,12 @@ floats, NaN for None; `as_labels`), and counts with numpy: `stepcritic eval` com
 value over arrays. Which of these it reports, under which key and direction, is registered in
 `stepcritic.eval.tasks`. numpy, scipy and scikit-learn are imported inside the functions that use them, so importing
 this module (for that registry, say) costs only the standard library.
+
+Each headline metric (the ones with an interval) is written once, over sums of its items: given `weights` (how often
+each question is drawn, per bootstrap resample: `bootstrap.GroupBootstrap`) and each item's question in `groups`, the
+same function returns one value per resample (NaN where undefined); without, every question counts once and it
+returns the point value. `intervals` calls these functions, as lm-evaluation-harness's `bootstrap_stderr` calls the
+metric itself on each resample.
 """
 
 from __future__ import annotations
@@ -53,26 +59,87 @@ def _sequential_sum(values) -> float:
     return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
+# ----------------------------------------------------------------------------- sums over weighted questions
+
+def question_sums(values, groups=None, weights=None):
+    """The sum of `values` (one per item), each item counted as often as its question is drawn.
+
+    `weights` is a `bootstrap.GroupBootstrap` and `groups[i]` item i's question (a name, or a position from its
+    `codes`): one sum per resample. Without `weights` every question counts once, the point value: the items added
+    in order (an int for flags and counts), as Python's `sum` adds a list.
+    """
+    import numpy as np
+
+    if weights is not None:
+        return weights.sums(groups, values)
+    values = np.asarray(values)
+    return int(values.sum()) if values.dtype.kind in "biu" else _sequential_sum(values.astype(float))
+
+
+def question_mean(groups, values, weights=None):
+    """The mean of one value per question (`groups` names them), each weighted by how often its question is
+    drawn; None (NaN in a resample) without a question."""
+    return _ratio(question_sums(values, groups, weights), question_sums([1] * len(values), groups, weights))
+
+
+def _ratio(num, den, empty=None):
+    """num / den, and `empty` where den is 0 (None: undefined, NaN in a resample)."""
+    import numpy as np
+
+    if np.ndim(den) == 0:
+        return num / den if den else empty
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan if empty is None else empty)
+
+
+def _defined_where(count, value):
+    """`value` where `count` is positive; None (NaN in a resample) where it is 0."""
+    import numpy as np
+
+    if np.ndim(count) == 0:
+        return value if count else None
+    return np.where(count > 0, value, np.nan)
+
+
+def _undefined(weights):
+    """An undefined metric: None, or NaN in every resample."""
+    import numpy as np
+
+    return None if weights is None else np.full(len(weights.counts), np.nan)
+
+
+def _f1(tp, n_true, n_pred):
+    """F1 of flagging, from (possibly fractional) true positives: 0 when nothing is hit; None (NaN) when nothing is
+    true, which VISCO leaves unscored (Sec. 3.1.1)."""
+    # Whole counts take scikit-learn's 2 tp / (true + predicted); fractional hits and resamples the harmonic mean of
+    # precision and recall. The numbers are equal but round apart in the last bit, and tests/snapshots fix both.
+    if isinstance(tp, int):
+        return 2 * tp / (n_true + n_pred) if n_true else None
+    precision, recall = _ratio(tp, n_pred, 0.0), _ratio(tp, n_true, 0.0)
+    return _defined_where(n_true, _ratio(2 * precision * recall, precision + recall, 0.0))
+
+
 # ----------------------------------------------------------------------------- VISCO: F1 family
 
-def _flag_vectors(gold, pred):
-    """Per scored item: gold says incorrect, prediction says incorrect (boolean arrays); plus how many predictions
-    were None."""
+def _flag_vectors(gold, pred, groups=None):
+    """Per scored item: gold says incorrect, prediction says incorrect (boolean arrays); how many predictions were
+    None; and the items' questions (`groups`, kept to the scored items)."""
     import numpy as np
 
     g, p = as_labels(gold), as_labels(pred)
     if len(g) != len(p):
         raise ValueError(f"gold has {len(g)} labels but pred has {len(p)}")
     scored = ~np.isnan(g)
-    return g[scored] == 0, p[scored] == 0, int(np.isnan(p[scored]).sum())
+    return g[scored] == 0, p[scored] == 0, int(np.isnan(p[scored]).sum()), _kept(groups, scored)
 
 
-def _f1_counts(tp: int, n_true: int, n_pred: int) -> float:
-    """F1 from counts, as scikit-learn computes it (2 tp / (true + predicted), 0 when both are 0)."""
-    return 2 * tp / (n_true + n_pred) if n_true + n_pred else 0.0
+def _kept(groups, mask):
+    import numpy as np
+
+    return None if groups is None else np.asarray(groups)[mask]
 
 
-def step_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
+def step_f1(gold: list[bool | None], pred: list[bool | None], groups=None, weights=None) -> dict:
     """VISCO's step-level F1 with "incorrect" (False) as the positive class, pooled over all steps given.
 
     Flatten the steps of all chains into `gold` and `pred`. Steps with gold None are skipped. A predicted
@@ -80,38 +147,37 @@ def step_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
     never precision, so an unparseable critic is not rewarded. Returns precision, recall, f1, tp, fp, fn,
     n (scored steps) and n_unparsed. The scores are None when no step is scored; recall and F1 are None
     when no scored step is incorrect (VISCO Sec. 3.1.1 scores how well errors are found: without an
-    error there is nothing to find, and 0 would read as a failure).
+    error there is nothing to find, and 0 would read as a failure). With `groups` and `weights`, per resample
+    (see the module docstring).
     """
-    y_true, y_pred, n_unparsed = _flag_vectors(gold, pred)
+    y_true, y_pred, n_unparsed, groups = _flag_vectors(gold, pred, groups)
     if not len(y_true):
-        return {"precision": None, "recall": None, "f1": None, "tp": 0, "fp": 0, "fn": 0, "n": 0, "n_unparsed": 0}
-    tp, n_true, n_pred = int((y_true & y_pred).sum()), int(y_true.sum()), int(y_pred.sum())
-    precision = tp / n_pred if n_pred else 0.0
-    recall, f1 = (tp / n_true, _f1_counts(tp, n_true, n_pred)) if n_true else (None, None)
-    return {"precision": precision, "recall": recall, "f1": f1, "tp": tp, "fp": n_pred - tp, "fn": n_true - tp,
-            "n": len(y_true), "n_unparsed": n_unparsed}
+        none = _undefined(weights)
+        return {"precision": none, "recall": none, "f1": none, "tp": 0, "fp": 0, "fn": 0, "n": 0, "n_unparsed": 0}
+    tp, n_true, n_pred = (question_sums(v, groups, weights) for v in (y_true & y_pred, y_true, y_pred))
+    return {"precision": _ratio(tp, n_pred, 0.0), "recall": _ratio(tp, n_true), "f1": _f1(tp, n_true, n_pred),
+            "tp": tp, "fp": n_pred - tp, "fn": n_true - tp, "n": len(y_true), "n_unparsed": n_unparsed}
 
 
-def step_macro_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
+def step_macro_f1(gold: list[bool | None], pred: list[bool | None], groups=None, weights=None) -> dict:
     """VisualProcessBench's step score: the mean of the F1 of the incorrect class and the F1 of the correct class,
     so a judge that flags everything (or nothing) cannot look good on a benchmark where most steps are right.
     Steps with gold None are skipped; a predicted None counts as "not flagged", as in `step_f1`. Each class's F1
-    is None when that class never occurs in gold, and the macro mean is None unless both occur."""
-    y_true, y_pred, _ = _flag_vectors(gold, pred)
-    per_class = {}
-    for name, (t, p) in (("f1_incorrect", (y_true, y_pred)), ("f1_correct", (~y_true, ~y_pred))):
-        n_true = int(t.sum())
-        per_class[name] = _f1_counts(int((t & p).sum()), n_true, int(p.sum())) if n_true else None
-    both = None not in per_class.values()
-    return {**per_class, "macro_f1": (per_class["f1_incorrect"] + per_class["f1_correct"]) / 2 if both else None,
-            "n": len(y_true)}
+    is None when that class never occurs in gold, and the macro mean is None unless both occur. With `groups` and
+    `weights`, per resample."""
+    y_true, y_pred, _, groups = _flag_vectors(gold, pred, groups)
+    per_class = {name: _f1(*(question_sums(v, groups, weights) for v in (t & p, t, p)))
+                 for name, (t, p) in (("f1_incorrect", (y_true, y_pred)), ("f1_correct", (~y_true, ~y_pred)))}
+    a, b = per_class.values()
+    both = weights is not None or (a is not None and b is not None)
+    return {**per_class, "macro_f1": (a + b) / 2 if both else None, "n": len(y_true)}
 
 
-def step_auroc(gold: list[bool | None], scores: list[float | None]) -> float | None:
+def step_auroc(gold: list[bool | None], scores: list[float | None], groups=None, weights=None) -> float | None:
     """Area under the ROC curve of finding incorrect steps from a judge's step scores (higher score = more
     likely correct): threshold-free, so score-based judges (PRMs) compare before any threshold is chosen.
     Steps where gold or score is None are skipped; None unless both classes remain. Ties count a half (the
-    trapezoid of the ROC curve)."""
+    trapezoid of the ROC curve), as `sklearn.metrics.roc_auc_score`, with `sample_weight` for a resample."""
     import numpy as np
 
     g, s = as_labels(gold), as_labels(scores)
@@ -120,20 +186,58 @@ def step_auroc(gold: list[bool | None], scores: list[float | None]) -> float | N
     kept = ~np.isnan(g) & ~np.isnan(s)
     positive = g[kept] == 0
     if positive.all() or not positive.any():
-        return None
-    # per distinct score: positive and negative counts; AUC = P(score of a positive > a negative) + ties / 2
-    _, level = np.unique(1.0 - s[kept], return_inverse=True)
-    pos = np.bincount(level, weights=positive)
-    neg = np.bincount(level, weights=~positive)
-    return float((pos * (np.cumsum(neg) - neg + neg / 2)).sum() / (pos.sum() * neg.sum()))
+        return _undefined(weights)
+    if weights is not None:
+        return weighted_auroc(positive, 1.0 - s[kept], weights.positions(_kept(groups, kept)), weights.counts)
+    # every step in one question drawn once: the point value is the all-ones case of the same sums
+    one = np.zeros(len(positive), dtype=np.int64)
+    return float(weighted_auroc(positive, 1.0 - s[kept], one, np.ones((1, 1), dtype=np.uint8))[0])
 
 
-def answer_f1(gold: list[bool | None], pred: list[bool | None]) -> dict:
+# resamples are weighed a chunk at a time, so the weight matrix stays within this many numbers
+AUROC_CHUNK_CELLS = 1_000_000
+
+
+def weighted_auroc(positive, score, positions, counts, chunk_cells: int = AUROC_CHUNK_CELLS):
+    """ROC AUC of `score` for finding `positive` items, per row of `counts` (how often each question counts;
+    `positions[i]` is item i's question), each item weighted by its question's count; NaN where a class weighs 0.
+
+    Items are grouped into distinct score levels; with P and N the positive and negative weight per level,
+    AUC = sum_l P_l (N below l + N_l / 2) / (total P x total N), ties counting a half as in scikit-learn. The items
+    of one question at one level weigh the same in every row, so they are counted once, as a cell of
+    (level, question): a judge with few distinct scores costs rows x questions, not rows x items.
+    """
+    import numpy as np
+
+    # roc_auc_score(sample_weight=) is the same number, but 1,000 resamples of 45,000 steps take it 28 s (this: 0.13 s)
+    positive = np.asarray(positive, dtype=bool)
+    levels, level_of = np.unique(np.asarray(score, dtype=float), return_inverse=True)
+    n_groups = max(1, counts.shape[1])
+    cells, cell_of = np.unique(level_of.astype(np.int64) * n_groups + positions, return_inverse=True)
+    pos = np.bincount(cell_of, weights=positive, minlength=len(cells))
+    neg = np.bincount(cell_of, weights=~positive, minlength=len(cells))
+    cell_group = cells % n_groups
+    starts = np.searchsorted(cells // n_groups, np.arange(len(levels)))  # cells are sorted by level
+    out = np.empty(len(counts))
+    rows = max(1, chunk_cells // max(1, len(cells)))
+    for lo in range(0, len(counts), rows):
+        weights = counts[lo:lo + rows][:, cell_group].astype(float)
+        p = np.add.reduceat(weights * pos, starts, axis=1)
+        n = np.add.reduceat(weights * neg, starts, axis=1)
+        below = np.cumsum(n, axis=1) - n
+        total = p.sum(axis=1) * n.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[lo:lo + rows] = np.where(total > 0, (p * (below + n / 2)).sum(axis=1) / total, np.nan)
+    return out
+
+
+def answer_f1(gold: list[bool | None], pred: list[bool | None], groups=None, weights=None) -> dict:
     """VISCO's answer-level F1: one final-answer verdict per chain, same rules as `step_f1`."""
-    return step_f1(gold, pred)
+    return step_f1(gold, pred, groups, weights)
 
 
-def explanation_match_f1(gold: list[bool | None], pred: list[bool | None], match: list[float | None]) -> dict:
+def explanation_match_f1(gold: list[bool | None], pred: list[bool | None], match: list[float | None],
+                         groups=None, weights=None) -> dict:
     """Explanation-level F1 from per-step match scores (the part of `explanation_f1` after matching).
 
     `match[i]` in [0, 1] says how well step i's explanation addresses the reference error (only read for
@@ -141,26 +245,25 @@ def explanation_match_f1(gold: list[bool | None], pred: list[bool | None], match
     None) cannot be judged and is left out entirely (`n_unreferenced`). True positives are fractional:
     tp = sum of match over correctly flagged steps; precision = tp / flagged, recall = tp / incorrect.
     VISCO Sec. 3.1.1. All three scores are None when no incorrect step has a reference (data without
-    reference critiques, such as MiCEval: F1_e cannot be computed there, which is not a score of 0).
+    reference critiques, such as MiCEval: F1_e cannot be computed there, which is not a score of 0). With `groups`
+    and `weights`, per resample.
     """
     import numpy as np
 
     g, p, m = as_labels(gold), as_labels(pred), as_labels(match)
     if not len(g) == len(p) == len(m):
         raise ValueError("gold, pred and match must have one entry per step")
-    incorrect = g == 0
+    incorrect, flagged = g == 0, p == 0
     unreferenced = incorrect & np.isnan(m)
     counted = ~np.isnan(g) & ~unreferenced
-    n, n_unreferenced = int(counted.sum()), int(unreferenced.sum())
-    n_flagged, n_incorrect = int((counted & (p == 0)).sum()), int((counted & incorrect).sum())
-    tp = _sequential_sum(m[counted & incorrect & (p == 0)])
-    precision = tp / n_flagged if n_flagged else 0.0
-    recall = tp / n_incorrect if n_incorrect else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    scored = n_incorrect > 0
-    return {"precision": precision if scored else None, "recall": recall if scored else None,
-            "f1": f1 if scored else None, "tp": tp, "fp": n_flagged - tp, "fn": n_incorrect - tp,
-            "n": n, "n_unreferenced": n_unreferenced}
+    hits = np.where(incorrect & flagged, m, 0.0)[counted]
+    groups = _kept(groups, counted)
+    tp = question_sums(hits, groups, weights)
+    n_flagged, n_incorrect = (question_sums(v[counted], groups, weights) for v in (flagged, incorrect))
+    precision, recall = _ratio(tp, n_flagged, 0.0), _ratio(tp, n_incorrect, 0.0)
+    return {"precision": _defined_where(n_incorrect, precision), "recall": _defined_where(n_incorrect, recall),
+            "f1": _f1(tp, n_incorrect, n_flagged), "tp": tp, "fp": n_flagged - tp, "fn": n_incorrect - tp,
+            "n": int(counted.sum()), "n_unreferenced": int(unreferenced.sum())}
 
 
 def explanation_match_scores(items: list[dict], matcher: ExplanationMatcher) -> list[float | None]:
@@ -198,9 +301,15 @@ def explanation_f1(items: list[dict], matcher: ExplanationMatcher) -> dict:
         "matcher": matcher.name}
 
 
-def viscore(f1_answer: float | None, f1_step: float | None, f1_explanation: float | None) -> float | None:
-    """VISCore = (F1_a * F1_s * F1_e) ** (1/3), VISCO Sec. 3.1.1; scale-agnostic (0-1 in, 0-1 out)."""
+def viscore(f1_answer, f1_step, f1_explanation):
+    """VISCore = (F1_a * F1_s * F1_e) ** (1/3), VISCO Sec. 3.1.1; scale-agnostic (0-1 in, 0-1 out). Per resample
+    when given arrays of the three (NaN where one is undefined)."""
+    import numpy as np
+
     parts = (f1_answer, f1_step, f1_explanation)
+    if any(np.ndim(p) for p in parts):
+        with np.errstate(invalid="ignore"):
+            return np.power(parts[0] * parts[1] * parts[2], 1 / 3)
     if any(p is None for p in parts):
         return None
     if any(p < 0 for p in parts):
@@ -239,12 +348,14 @@ def verifier_accuracy(gold: list[str], pred: list[str | None], labels: list[str]
             "macro_f1": float(per_class.mean()), "n": len(pairs)}
 
 
-def output_invalid_rate(counts: list[tuple[int, int]]) -> float | None:
+def output_invalid_rate(counts, groups=None, weights=None) -> float | None:
     """MiCEval's invalid rate (Sec. 6.1, Table 5), per output: counts holds (outputs, unreadable outputs) per
     chain, so one unreadable verifier reply of a chain's four is 1 of 4, not a whole invalid chain. None
-    when no output was asked for."""
-    n_outputs = sum(n for n, _ in counts)
-    return sum(k for _, k in counts) / n_outputs if n_outputs else None
+    when no output was asked for. With `groups` (each chain's question) and `weights`, per resample."""
+    import numpy as np
+
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1, 2)
+    return _ratio(question_sums(counts[:, 1], groups, weights), question_sums(counts[:, 0], groups, weights))
 
 
 def verifier_average(accuracies: list[float | None]) -> float | None:
@@ -410,7 +521,7 @@ def choice_ranking_hits(records: list[dict]) -> dict[str, dict]:
     return hits
 
 
-def choice_ranking_accuracy(records: list[dict]) -> dict:
+def choice_ranking_accuracy(records: list[dict], weights=None) -> dict:
     """MiCEval's choice ranking (App. D.1): does the judge's top-scored chain come out fully correct?
 
     records: {group_id, chain_id, chain_correct, score}. Chains with chain_correct None are dropped
@@ -419,13 +530,14 @@ def choice_ranking_accuracy(records: list[dict]) -> dict:
     picks one of them at random, so the group scores the expected hit, the share of correct chains among
     the tied ones (a constant judge scores chance, not 0). A None score ranks below every number; a group
     whose chains all lack a score is one big tie. Returns accuracy (None when no group counts or the
-    judge scored no chain at all), n_groups, n_chains (in counted groups), n_ties (groups with a tie).
+    judge scored no chain at all), n_groups, n_chains (in counted groups), n_ties (groups with a tie). With
+    `weights`, the accuracy per resample of the groups.
     """
-    hits = choice_ranking_hits(records).values()
+    hits = choice_ranking_hits(records)
     scored = any(r["score"] is not None for r in records)
-    return {"accuracy": sum(h["hit"] for h in hits) / len(hits) if hits and scored else None,
-            "n_groups": len(hits), "n_chains": sum(h["n_chains"] for h in hits),
-            "n_ties": sum(h["tie"] for h in hits)}
+    accuracy = question_mean(list(hits), [h["hit"] for h in hits.values()], weights)
+    return {"accuracy": accuracy if scored else _undefined(weights), "n_groups": len(hits),
+            "n_chains": sum(h["n_chains"] for h in hits.values()), "n_ties": sum(h["tie"] for h in hits.values())}
 
 
 # ----------------------------------------------------------------------------- RPTS: tree-weighted scores
@@ -515,21 +627,29 @@ def rpts_filter(answer_correct: list[bool | None], scores: list[float | None],
 
 # ----------------------------------------------------------------------------- VISCO: correction and failure patterns
 
-def correction_gain(correct_before: list[bool | None], correct_after: list[bool | None]) -> dict:
+def correction_gain(correct_before: list[bool | None], correct_after: list[bool | None], groups=None,
+                    weights=None) -> dict:
     """VISCO's correction metrics (Sec. 3.1.2): PCR, NCR and gain = PCR - NCR.
 
     PCR: share of initially incorrect answers that are correct after correction. NCR: share of initially
     correct answers that became incorrect. An item with before None is skipped; after None (no usable
-    corrected answer) counts as incorrect. PCR/NCR are None when their subset is empty, and so is gain.
+    corrected answer) counts as incorrect. PCR/NCR are None when their subset is empty, and so is gain. With
+    `groups` (each item's question) and `weights`, per resample.
     """
+    import numpy as np
+
     if len(correct_before) != len(correct_after):
         raise ValueError("correct_before and correct_after must have one entry per item")
-    fixed = [after is True for before, after in zip(correct_before, correct_after) if before is False]
-    broken = [after is not True for before, after in zip(correct_before, correct_after) if before is True]
-    pcr = statistics.fmean(fixed) if fixed else None
-    ncr = statistics.fmean(broken) if broken else None
-    return {"pcr": pcr, "ncr": ncr, "gain": None if pcr is None or ncr is None else pcr - ncr,
-            "n_incorrect_before": len(fixed), "n_correct_before": len(broken)}
+    kept = [b is not None for b in correct_before]
+    was_wrong = np.array([b is False for b, k in zip(correct_before, kept) if k], dtype=bool)
+    right_after = np.array([a is True for a, k in zip(correct_after, kept) if k], dtype=bool)
+    groups = _kept(groups, np.array(kept, dtype=bool))
+    pcr = _ratio(question_sums(was_wrong & right_after, groups, weights), question_sums(was_wrong, groups, weights))
+    ncr = _ratio(question_sums(~was_wrong & ~right_after, groups, weights),
+                 question_sums(~was_wrong, groups, weights))
+    gain = pcr - ncr if weights is not None or (pcr is not None and ncr is not None) else None
+    return {"pcr": pcr, "ncr": ncr, "gain": gain, "n_incorrect_before": int(was_wrong.sum()),
+            "n_correct_before": int((~was_wrong).sum())}
 
 
 def _propagation_table(flags, scored, first) -> list[list[int]]:

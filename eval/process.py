@@ -94,11 +94,11 @@ def chain_hits(gold_steps, verdicts, unread, chain, n_chains: int, pos):
     return kept, gold[kept] >= 0, hit[kept]
 
 
-def prm_score(gold: list[bool | None], pred: list[bool | None]) -> dict:
+def prm_score(gold: list[bool | None], pred: list[bool | None], groups=None, weights=None) -> dict:
     """PRMBench's PRMScore: 0.5 F1 of the erroneous steps + 0.5 F1 of the correct ones (`metrics.step_macro_f1`'s
-    two classes), None unless both classes occur."""
+    two classes), None unless both classes occur; per resample with `groups` and `weights` (`metrics`)."""
     from stepcritic.eval.metrics import step_macro_f1
 
-    macro = step_macro_f1(gold, pred)
+    macro = step_macro_f1(gold, pred, groups, weights)
     return {"prmscore": macro["macro_f1"], "f1_negative": macro["f1_incorrect"], "f1_positive": macro["f1_correct"],
             "n": macro["n"]}

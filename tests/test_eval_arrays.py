@@ -185,7 +185,8 @@ def test_bootstrap_draws_and_statistics_match_expanded_data():
     items = rng.integers(0, 40, 300)
     positive, score = rng.random(300) < 0.4, np.round(rng.random(300), 1)
     got = boot.auroc([groups[i] for i in items], positive, score, chunk_cells=500)
-    f1 = boot.f1([groups[i] for i in items], positive, score < 0.5)
+    f1 = M.step_f1(np.where(positive, 0.0, 1.0), np.where(score < 0.5, 0.0, 1.0), [groups[i] for i in items],
+                   boot)["f1"]
     for b in range(50):
         weight = ref[b][boot.codes(groups)[items]]  # boot's questions are in sorted order
         if len(set(positive[weight > 0])) == 2:
@@ -287,3 +288,26 @@ def test_breakdown_views_equal_sections_of_the_sliced_chains(seed):
     assert whole["explanation"]["tp"] == M.explanation_match_f1(
         [s["correct"] for c in gold for s in c["steps"]], [v for p in preds for v in p["verdicts"]],
         [m for chain in matches for m in chain])["tp"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_headline_metric_with_every_question_drawn_once_is_its_point_value(seed):
+    # the intervals call the metric functions themselves: with weights of one they must give the section's number
+    from stepcritic.eval import intervals
+    from stepcritic.eval import tasks as T
+
+    rng = random.Random(seed)
+    gold, preds = random_gold_and_preds(rng)
+    matcher = LexicalMatcher(0.5)
+    data = results.JudgeData(gold, preds, [], matcher, results.explanation_matches(gold, preds, matcher))
+    tasks = ("critique", "choice", "prmscore", "first-error")
+    sec = results.section(data, tasks)
+    once = GroupBootstrap(data.view.group_ids(), n_resamples=1)
+    once.counts = np.ones_like(once.counts)
+    checked = 0
+    for metric in (m for m in T.metrics_for(tasks) if m.headline):
+        point = T.lookup(sec, metric)
+        if point is not None:
+            assert intervals.STATISTICS[metric.name](data, once)[0] == pytest.approx(point, abs=1e-12), metric.name
+            checked += 1
+    assert checked >= 4
