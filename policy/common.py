@@ -78,12 +78,10 @@ def generative_model(spec: str, temperature: float | None, max_new_tokens: int |
         options["temperature"] = float(temperature)
     if max_new_tokens is not None:
         options[length] = int(max_new_tokens)
-    model = build_judge(str(JudgeSpec(parsed.kind, parsed.target, options)))
-    if continues and not getattr(model, "CONTINUES", False):
-        model.close()
+    if continues and not getattr(cls, "CONTINUES", False):
         raise EvalError(f"{what} {spec!r} cannot go on writing a chain from a step prefix ({parsed.kind}: only "
                         "local models do: hf:MODEL_DIR, or vllm:MODEL_DIR on a GPU)")
-    return model
+    return build_judge(str(JudgeSpec(parsed.kind, parsed.target, options)))
 
 
 def sampling(model) -> dict:

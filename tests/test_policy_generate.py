@@ -96,7 +96,8 @@ def test_bad_input_is_one_line(questions, tmp_path, capsys):
                "--out", str(tmp_path / "o2")) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no-such-model" in err
-    assert run("--policy", "always-correct", "--chains", questions, "--samples", "1", "--out", str(tmp_path / "o3")) == 2
+    assert run("--policy", "always-correct", "--chains", questions, "--samples", "1",
+               "--out", str(tmp_path / "o3")) == 2
     assert "does not generate text" in capsys.readouterr().err
 
 
