@@ -13,12 +13,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from stepcritic.eval import best_of_n, correction, pairwise, process, verifier
+from stepcritic.eval import best_of_n, correction, pairwise, process, shiftcheck, verifier
 from stepcritic.eval import metrics as M
 from stepcritic.eval import tasks as T
 from stepcritic.eval.bootstrap import GroupBootstrap, interval
 from stepcritic.eval.scores import choice_records
-from stepcritic.eval.shiftcheck import group_outcomes
 
 
 # the draws depend only on the questions: every judge gets the same. `results.compute_metrics` goes through the sets
@@ -77,8 +76,7 @@ def choice_ranking_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
 
 def circular_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
     picks = [q for q in data.picks if q.get("task") is None]  # ShiftCheck's, not the pairwise task's
-    outcomes = {g: o for g, o in group_outcomes(picks)[0].items() if o["correct"] is not None}
-    return boot.ratio(list(outcomes), [float(o["correct"]) for o in outcomes.values()], [1.0] * len(outcomes))
+    return shiftcheck.circular_accuracy(shiftcheck.group_outcomes(picks)[0], boot)
 
 
 def verifier_avg(data, boot: GroupBootstrap) -> np.ndarray:
@@ -107,20 +105,10 @@ def correction_own_gain(data, boot: GroupBootstrap) -> np.ndarray:
 
 
 def first_error_f1(data, boot: GroupBootstrap) -> np.ndarray:
-    """ProcessBench's F1 per resample: the accuracies on erroneous and on correct chains over the questions drawn,
-    then their harmonic mean."""
     g, v, a = data.cols, data.view, data.answers
-    kept, erroneous, hit = process.chain_hits(g.correct[v.steps], a.verdict[v.steps], a.unread[v.chains],
-                                              np.searchsorted(v.chains, v.step_chain), len(v.chains),
-                                              g.step_pos[v.steps])
-    groups = boot.codes(g.group_names)[g.group[v.chains[kept]]]
-    hit = hit.astype(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        acc_error = boot.ratio(groups, hit * erroneous, erroneous.astype(float))
-        acc_correct = boot.ratio(groups, hit * ~erroneous, (~erroneous).astype(float))
-        both = acc_error + acc_correct
-        return np.where(both > 0, 2 * acc_error * acc_correct / np.where(both > 0, both, 1.0),
-                        np.where(np.isnan(both), np.nan, 0.0))
+    return process.section_from_arrays(g.correct[v.steps], a.verdict[v.steps], a.unread[v.chains],
+                                       np.searchsorted(v.chains, v.step_chain), len(v.chains), g.step_pos[v.steps],
+                                       True, _chain_groups(data, boot), boot)["f1"]
 
 
 def prmscore(data, boot: GroupBootstrap) -> np.ndarray:
@@ -130,10 +118,8 @@ def prmscore(data, boot: GroupBootstrap) -> np.ndarray:
 
 
 def pairwise_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
-    """Pairwise accuracy per resample of the items (groups)."""
     selector = data.settings.get("pairwise", {}).get("score", pairwise.DEFAULT_SELECTOR)
-    items = pairwise.judged_items(data.gold, data.preds, data.picks, selector)[0]
-    return boot.ratio([i["group_id"] for i in items], [i["hit"] for i in items], [1.0] * len(items))
+    return pairwise.item_accuracy(pairwise.judged_items(data.gold, data.preds, data.picks, selector)[0], boot)
 
 
 # the statistic of every headline metric (`tasks.Metric.headline`), by metric name

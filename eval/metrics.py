@@ -51,39 +51,31 @@ def as_labels(values):
     return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
 
 
-def _sequential_sum(values) -> float:
-    """The float sum added left to right, as Python's `sum` over a list does it, so a total does not depend on
-    whether it was added from a list or from an array."""
-    import numpy as np
-
-    return float(np.cumsum(values)[-1]) if len(values) else 0.0
-
-
 # ----------------------------------------------------------------------------- sums over weighted questions
 
 def question_sums(values, groups=None, weights=None):
     """The sum of `values` (one per item), each item counted as often as its question is drawn.
 
     `weights` is a `bootstrap.GroupBootstrap` and `groups[i]` item i's question (a name, or a position from its
-    `codes`): one sum per resample. Without `weights` every question counts once, the point value: the items added
-    in order (an int for flags and counts), as Python's `sum` adds a list.
+    `codes`): one sum per resample. Without `weights` every question counts once, the point value: the exact sum
+    rounded once (`math.fsum`, as `statistics.fmean` adds), an int for flags and counts.
     """
     import numpy as np
 
     if weights is not None:
         return weights.sums(groups, values)
     values = np.asarray(values)
-    return int(values.sum()) if values.dtype.kind in "biu" else _sequential_sum(values.astype(float))
+    return int(values.sum()) if values.dtype.kind in "biu" else math.fsum(values.astype(float).tolist())
 
 
 def question_mean(groups, values, weights=None):
     """The mean of one value per question (`groups` names them), each weighted by how often its question is
     drawn; None (NaN in a resample) without a question."""
-    return _ratio(question_sums(values, groups, weights), question_sums([1] * len(values), groups, weights))
+    return ratio(question_sums(values, groups, weights), question_sums([1] * len(values), groups, weights))
 
 
-def _ratio(num, den, empty=None):
-    """num / den, and `empty` where den is 0 (None: undefined, NaN in a resample)."""
+def ratio(num, den, empty=None):
+    """num / den of two `question_sums`, and `empty` where den is 0 (None: undefined, NaN in a resample)."""
     import numpy as np
 
     if np.ndim(den) == 0:
@@ -115,8 +107,8 @@ def _f1(tp, n_true, n_pred):
     # precision and recall. The numbers are equal but round apart in the last bit, and tests/snapshots fix both.
     if isinstance(tp, int):
         return 2 * tp / (n_true + n_pred) if n_true else None
-    precision, recall = _ratio(tp, n_pred, 0.0), _ratio(tp, n_true, 0.0)
-    return _defined_where(n_true, _ratio(2 * precision * recall, precision + recall, 0.0))
+    precision, recall = ratio(tp, n_pred, 0.0), ratio(tp, n_true, 0.0)
+    return _defined_where(n_true, ratio(2 * precision * recall, precision + recall, 0.0))
 
 
 # ----------------------------------------------------------------------------- VISCO: F1 family
@@ -155,7 +147,7 @@ def step_f1(gold: list[bool | None], pred: list[bool | None], groups=None, weigh
         none = _undefined(weights)
         return {"precision": none, "recall": none, "f1": none, "tp": 0, "fp": 0, "fn": 0, "n": 0, "n_unparsed": 0}
     tp, n_true, n_pred = (question_sums(v, groups, weights) for v in (y_true & y_pred, y_true, y_pred))
-    return {"precision": _ratio(tp, n_pred, 0.0), "recall": _ratio(tp, n_true), "f1": _f1(tp, n_true, n_pred),
+    return {"precision": ratio(tp, n_pred, 0.0), "recall": ratio(tp, n_true), "f1": _f1(tp, n_true, n_pred),
             "tp": tp, "fp": n_pred - tp, "fn": n_true - tp, "n": len(y_true), "n_unparsed": n_unparsed}
 
 
@@ -260,7 +252,7 @@ def explanation_match_f1(gold: list[bool | None], pred: list[bool | None], match
     groups = _kept(groups, counted)
     tp = question_sums(hits, groups, weights)
     n_flagged, n_incorrect = (question_sums(v[counted], groups, weights) for v in (flagged, incorrect))
-    precision, recall = _ratio(tp, n_flagged, 0.0), _ratio(tp, n_incorrect, 0.0)
+    precision, recall = ratio(tp, n_flagged, 0.0), ratio(tp, n_incorrect, 0.0)
     return {"precision": _defined_where(n_incorrect, precision), "recall": _defined_where(n_incorrect, recall),
             "f1": _f1(tp, n_incorrect, n_flagged), "tp": tp, "fp": n_flagged - tp, "fn": n_incorrect - tp,
             "n": int(counted.sum()), "n_unreferenced": int(unreferenced.sum())}
@@ -355,7 +347,7 @@ def output_invalid_rate(counts, groups=None, weights=None) -> float | None:
     import numpy as np
 
     counts = np.asarray(counts, dtype=np.int64).reshape(-1, 2)
-    return _ratio(question_sums(counts[:, 1], groups, weights), question_sums(counts[:, 0], groups, weights))
+    return ratio(question_sums(counts[:, 1], groups, weights), question_sums(counts[:, 0], groups, weights))
 
 
 def verifier_average(accuracies: list[float | None]) -> float | None:
@@ -644,8 +636,8 @@ def correction_gain(correct_before: list[bool | None], correct_after: list[bool 
     was_wrong = np.array([b is False for b, k in zip(correct_before, kept) if k], dtype=bool)
     right_after = np.array([a is True for a, k in zip(correct_after, kept) if k], dtype=bool)
     groups = _kept(groups, np.array(kept, dtype=bool))
-    pcr = _ratio(question_sums(was_wrong & right_after, groups, weights), question_sums(was_wrong, groups, weights))
-    ncr = _ratio(question_sums(~was_wrong & ~right_after, groups, weights),
+    pcr = ratio(question_sums(was_wrong & right_after, groups, weights), question_sums(was_wrong, groups, weights))
+    ncr = ratio(question_sums(~was_wrong & ~right_after, groups, weights),
                  question_sums(~was_wrong, groups, weights))
     gain = pcr - ncr if weights is not None or (pcr is not None and ncr is not None) else None
     return {"pcr": pcr, "ncr": ncr, "gain": gain, "n_incorrect_before": int(was_wrong.sum()),

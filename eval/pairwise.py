@@ -49,7 +49,7 @@ def score_hit(better: float | None, worse: float | None) -> float:
 def accuracy(items: list[dict]) -> dict:
     """Accuracies of items `{"hit" (the item's mean over its pairs), "category", "subset", "set_id", "pairs": [hit per
     pair]}`: overall, per category and subset, their macro means, and ACC+ over sets (None without sets)."""
-    out = {"accuracy": _mean([i["hit"] for i in items]), "n_items": len(items)}
+    out = {"accuracy": item_accuracy(items), "n_items": len(items)}
     for field in ("category", "subset"):
         by = defaultdict(list)
         for i in items:
@@ -59,6 +59,14 @@ def accuracy(items: list[dict]) -> dict:
         out.setdefault("macro", {})[field] = _mean(list(per.values()))
     out.update(acc_plus(items))
     return out
+
+
+def item_accuracy(items: list[dict], weights=None):
+    """The mean of the items' hits, None without items; with `weights`, per resample of their questions
+    (`metrics.question_sums`)."""
+    from stepcritic.eval.metrics import question_mean
+
+    return question_mean([i.get("group_id") for i in items], [i["hit"] for i in items], weights)
 
 
 def acc_plus(items: list[dict]) -> dict:

@@ -23,25 +23,38 @@ from __future__ import annotations
 NO_LABEL = -2  # a chain without a first-error label: left out
 
 
-def harmonic_mean(a: float | None, b: float | None) -> float | None:
-    """ProcessBench's F1 of the two accuracies (0 when both are 0); None when either is undefined."""
+def harmonic_mean(a, b):
+    """ProcessBench's F1 of the two accuracies (0 when both are 0); None when either is undefined (NaN per resample,
+    given arrays)."""
+    import numpy as np
+
+    if np.ndim(a) or np.ndim(b):
+        both = a + b
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(both > 0, 2 * a * b / np.where(both > 0, both, 1.0), np.where(np.isnan(both), np.nan, 0.0))
     if a is None or b is None:
         return None
     return 2 * a * b / (a + b) if a + b else 0.0
 
 
-def first_error_accuracy(gold: list[int], pred: list[int | None]) -> dict:
+def first_error_accuracy(gold: list[int], pred: list[int | None], groups=None, weights=None) -> dict:
     """ProcessBench's three numbers from per-chain first-error indices: `gold` -1 (no error) or the labelled step,
     `pred` the judge's first flagged step, -1, or None (its output could not be read: wrong either way). Accuracy on
-    erroneous chains, on correct chains (each None when there is no such chain) and their harmonic mean."""
+    erroneous chains, on correct chains (each None when there is no such chain) and their harmonic mean. With
+    `groups` (each chain's question) and `weights`, per resample (`metrics.question_sums`)."""
+    import numpy as np
+
+    from stepcritic.eval.metrics import question_sums, ratio
+
     if len(gold) != len(pred):
         raise ValueError(f"gold has {len(gold)} first-error labels but pred has {len(pred)}")
-    error = [p == g for g, p in zip(gold, pred) if g >= 0]
-    correct = [p == -1 for g, p in zip(gold, pred) if g == -1]
-    acc_error = sum(error) / len(error) if error else None
-    acc_correct = sum(correct) / len(correct) if correct else None
-    return {"error_accuracy": acc_error, "correct_accuracy": acc_correct,
-            "f1": harmonic_mean(acc_error, acc_correct), "n_error": len(error), "n_correct": len(correct)}
+    labels = np.asarray(gold, dtype=np.int64).reshape(-1)
+    hit = np.array([p == g for g, p in zip(gold, pred)], dtype=bool)
+    erroneous, correct = labels >= 0, labels == -1
+    accuracy = lambda kind: ratio(question_sums(hit & kind, groups, weights), question_sums(kind, groups, weights))
+    acc_error, acc_correct = accuracy(erroneous), accuracy(correct)
+    return {"error_accuracy": acc_error, "correct_accuracy": acc_correct, "f1": harmonic_mean(acc_error, acc_correct),
+            "n_error": int(erroneous.sum()), "n_correct": int(correct.sum())}
 
 
 def first_indices(flags, chain, n_chains: int, pos):
@@ -70,13 +83,15 @@ def gold_first_errors(gold_steps, chain, n_chains: int, pos):
     return np.where(labelled & has_steps, first_bad, NO_LABEL)
 
 
-def section_from_arrays(gold_steps, verdicts, unread, chain, n_chains: int, pos, gives_verdicts: bool) -> dict:
+def section_from_arrays(gold_steps, verdicts, unread, chain, n_chains: int, pos, gives_verdicts: bool, groups=None,
+                        weights=None) -> dict:
     """The first-error section from the steps of some chains (as `columns` holds them): `unread` per chain (its
     output could not be read), `gives_verdicts` whether the judge gives step verdicts at all (a reward model does
-    not: everything None)."""
+    not: everything None). With `groups` (each chain's question) and `weights`, per resample."""
     kept, erroneous, hit = chain_hits(gold_steps, verdicts, unread, chain, n_chains, pos)
     out = first_error_accuracy([0 if e else -1 for e in erroneous.tolist()],
-                               [(0 if e else -1) if h else None for e, h in zip(erroneous.tolist(), hit.tolist())])
+                               [(0 if e else -1) if h else None for e, h in zip(erroneous.tolist(), hit.tolist())],
+                               None if groups is None else groups[kept], weights)
     if not gives_verdicts:
         out.update(error_accuracy=None, correct_accuracy=None, f1=None)
     return out | {"n_unlabelled": int((~kept).sum())}

@@ -87,6 +87,15 @@ def group_outcomes(records: list[dict]) -> tuple[dict[str, dict], int]:
     return outcomes, n_excluded
 
 
+def circular_accuracy(outcomes: dict[str, dict], weights=None):
+    """Among complete groups with a gold answer (`group_outcomes`), the share where every shift picked the gold
+    content; None when no group has gold. With `weights`, per resample of the groups (`metrics.question_sums`)."""
+    from stepcritic.eval.metrics import question_mean
+
+    with_gold = {g: o["correct"] for g, o in outcomes.items() if o["correct"] is not None}
+    return question_mean(list(with_gold), list(with_gold.values()), weights)
+
+
 def shiftcheck(records: list[dict]) -> dict:
     """Circular accuracy, consistency and CMMU's BiasRate over groups of shifted multiple-choice records.
 
@@ -110,14 +119,13 @@ def shiftcheck(records: list[dict]) -> dict:
     for outcome in outcomes.values():
         if outcome["reveals_bias"]:
             revealing[outcome["n_options"]].append(outcome["records"])
-    with_gold = [o for o in outcomes.values() if o["correct"] is not None]
-    n_with_gold, n_correct = len(with_gold), sum(o["correct"] for o in with_gold)
+    n_with_gold = sum(o["correct"] is not None for o in outcomes.values())
     n_consistent = sum(o["consistent"] for o in outcomes.values())
 
     distributions = {n: _position_percentages(groups, n) for n, groups in sorted(revealing.items())}
     bias_by_n = {n: statistics.pvariance(dist.values()) for n, dist in distributions.items()}
     return {
-        "circular_accuracy": n_correct / n_with_gold if n_with_gold else None,
+        "circular_accuracy": circular_accuracy(outcomes),
         "consistency": n_consistent / len(outcomes) if outcomes else None,
         "bias_rate": bias_by_n.get(CMMU_OPTION_COUNT),
         "bias_rate_by_n_options": bias_by_n,
