@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import shlex
 
 from PIL import Image, ImageDraw
 
@@ -123,3 +125,46 @@ def train_tiny(root, recipe: str, kind: str, steps: int = 2) -> str:
     finally:
         torch.set_num_threads(threads)
     return str(root / "run")
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def walk(path: str) -> list[tuple[str, str, object]]:
+    """A page's ```bash commands and ```python blocks in reading order: ("bash", where, argv) for every command
+    (continuation lines joined, comments dropped, `&&` chains split, `$(...)` replaced by a word, leading VAR=value
+    assignments and `/usr/bin/time -v` removed) and ("python", where, source) for every Python block."""
+    with open(path, encoding="utf-8") as f:
+        page = f.read()
+    out = []
+    for block in re.finditer(r"^```(bash|python)\n(.*?)^```", page, flags=re.S | re.M):
+        start = page[:block.start()].count("\n") + 2
+        where = f"{os.path.relpath(path, REPO)}:{start}"
+        if block.group(1) == "python":
+            out.append(("python", where, block.group(2)))
+            continue
+        logical, first = "", None
+        for offset, line in enumerate(block.group(2).splitlines()):
+            first = start + offset if not logical else first
+            if line.rstrip().endswith("\\"):
+                logical += line.rstrip()[:-1] + " "
+                continue
+            logical += line
+            text = re.sub(r"\$\([^)]*\)", "WORD", logical)
+            logical = ""
+            words = shlex.split(text, comments=True)
+            while words:
+                cut = words.index("&&") if "&&" in words else len(words)
+                argv, words = words[:cut], words[cut + 1:]
+                while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):
+                    argv = argv[1:]
+                if argv[:2] == ["/usr/bin/time", "-v"]:
+                    argv = argv[2:]
+                if argv:
+                    out.append(("bash", f"{os.path.relpath(path, REPO)}:{first}", argv))
+    return out
+
+
+def shell_commands(path: str) -> list[tuple[str, list[str]]]:
+    """(where, argv) for every command of a page's ```bash blocks (`walk`'s rules)."""
+    return [(where, argv) for kind, where, argv in walk(path) if kind == "bash"]

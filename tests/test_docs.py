@@ -13,11 +13,11 @@ import io
 import os
 import re
 import runpy
-import shlex
 import sys
 import warnings
 
 import pytest
+from helpers import shell_commands
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(REPO, "README.md")
@@ -30,34 +30,6 @@ KNOWN = ("stepcritic", "python", "python3", "accelerate", "make", "pip", "git")
 def _read(path: str) -> str:
     with open(path, encoding="utf-8") as f:
         return f.read()
-
-
-def shell_commands(path: str) -> list[tuple[str, list[str]]]:
-    """(where, argv) for every command of every ```bash block: continuation lines joined, comments dropped, `&&`
-    chains split, `$(...)` replaced by a word, leading VAR=value assignments and `/usr/bin/time -v` removed."""
-    out = []
-    for block in re.finditer(r"^```bash\n(.*?)^```", _read(path), flags=re.S | re.M):
-        start = _read(path)[:block.start()].count("\n") + 2
-        logical, first = "", None
-        for offset, line in enumerate(block.group(1).splitlines()):
-            first = start + offset if not logical else first
-            if line.rstrip().endswith("\\"):
-                logical += line.rstrip()[:-1] + " "
-                continue
-            logical += line
-            text = re.sub(r"\$\([^)]*\)", "WORD", logical)
-            logical = ""
-            words = shlex.split(text, comments=True)
-            while words:
-                cut = words.index("&&") if "&&" in words else len(words)
-                argv, words = words[:cut], words[cut + 1:]
-                while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):
-                    argv = argv[1:]
-                if argv[:2] == ["/usr/bin/time", "-v"]:
-                    argv = argv[2:]
-                if argv:
-                    out.append((f"{os.path.relpath(path, REPO)}:{first}", argv))
-    return out
 
 
 COMMANDS = [pytest.param(argv, id=where) for page in PAGES for where, argv in shell_commands(page)]
