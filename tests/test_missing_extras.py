@@ -111,18 +111,22 @@ def test_the_smollm2_tiny_critic_without_the_smol_extra(monkeypatch, capsys, prm
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("extra, argv", [
-    ("deepspeed", ["--deepspeed", "ds_config.json"]),
-    ("tensorboard", ["--report_to", "tensorboard"]),
-    ("wandb", ["--report_to", "wandb"]),
+@pytest.mark.parametrize("extra, argv, named", [
+    ("deepspeed", ["--deepspeed", "ds_config.json"], "override: `deepspeed`"),
+    ("tensorboard", ["--report_to", "tensorboard"], "`report_to: tensorboard`"),
+    ("wandb", ["--report_to", "wandb"], "`report_to: wandb`"),
 ])
-def test_training_options_whose_extra_is_missing(monkeypatch, capsys, tmp_path, extra, argv):
+def test_training_options_whose_extra_is_missing(monkeypatch, capsys, prm_data, tmp_path, extra, argv, named):
     missing(monkeypatch, extra, "tensorboardX")
-    code = cli.main(["train", "--config", "tiny/prm", *argv, "--dataset_path", str(tmp_path / "data"),
-                     "--output_dir", str(tmp_path / "run")])
-    assert code == 2
+    command = ["train", "--config", "tiny/prm", *argv, "--dataset_path", prm_data,
+               "--output_dir", str(tmp_path / "run")]
+    assert cli.main(command) == 2
     line = one_error_line(capsys, "train", extra, extra)
-    assert line.startswith("stepcritic train: error: override: `"), line  # the option that asked for it
+    assert line.startswith(f"stepcritic train: error: {named} needs"), line  # the option that asked for it
+    assert not (tmp_path / "run").exists()
+    if extra != "deepspeed":  # a dry run names it among its problems (a deepspeed config does not parse without it)
+        assert cli.main([*command, "--dry-run"]) == 2
+        assert line in capsys.readouterr().err.splitlines()
 
 
 def test_a_deepspeed_launch_without_the_deepspeed_extra_is_a_dry_run_problem(monkeypatch):

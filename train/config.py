@@ -452,18 +452,10 @@ def first_senseless_value(method: str, values) -> tuple[str, str] | None:
 
 
 def missing_extra_of(values) -> tuple[str, str] | None:
-    """(key, one line) for a logger in `report_to` or a `deepspeed` config whose optional extra is not installed,
-    or None: transformers would fail on it with a traceback once the model has loaded, or while parsing."""
-    report_to = getattr(values, "report_to", None)
-    loggers = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    needs = [("report_to", name, f"`report_to: {name}`") for name in loggers if name in ("tensorboard", "wandb")]
-    if getattr(values, "deepspeed", None):
-        needs.append(("deepspeed", "deepspeed", "`deepspeed`"))
-    for key, extra, needed_by in needs:
-        message = missing_extra(extra, needed_by)
-        if message:
-            return key, message
-    return None
+    """(key, one line) for a `deepspeed` config when DeepSpeed is not installed, or None: the trainer's config
+    would fail on it with a traceback while parsing. (Loggers are checked before a run: `preflight.check_loggers`.)"""
+    message = missing_extra("deepspeed", "`deepspeed`") if getattr(values, "deepspeed", None) else None
+    return ("deepspeed", message) if message else None
 
 
 def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) -> Recipe:

@@ -27,7 +27,7 @@ import sys
 
 from stepcritic.data_prep import contract
 from stepcritic.data_prep.contract import TRAIN, DataContractError
-from stepcritic.errors import UserError, missing_extra
+from stepcritic.errors import MissingExtra, UserError, missing_extra
 from stepcritic.train import common, loading, modality
 from stepcritic.train.common import ModelNotFound
 from stepcritic.train.config import DATASET_KINDS
@@ -80,6 +80,18 @@ def check_model_path(recipe) -> None:
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path)
     if looks_local and not os.path.isdir(os.path.expanduser(path)):
         raise ModelNotFound(f"model_name_or_path {path!r}: no such folder")
+
+
+def check_loggers(recipe) -> None:
+    """`report_to: tensorboard|wandb` needs that optional extra: said in one line before the model loads (the
+    trainer would stop on it with a traceback after loading)."""
+    report_to = recipe.training_args.report_to
+    loggers = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    for logger in loggers:
+        if logger in ("tensorboard", "wandb"):
+            message = missing_extra(logger, f"`report_to: {logger}`")
+            if message:
+                raise MissingExtra(message)
 
 
 def check_modality(recipe) -> bool | None:
@@ -442,10 +454,11 @@ def dry_run(recipe, out=None, err=None) -> int:
              *(("adjusted", note) for note in recipe.adjustments)]
     description, processes, problems = launcher()
     train_rows = _check_data(recipe, lines, problems)
-    try:
-        check_model_path(recipe)
-    except ModelNotFound as e:
-        problems.append(str(e))
+    for check in (check_model_path, check_loggers):
+        try:
+            check(recipe)
+        except (ModelNotFound, MissingExtra) as e:
+            problems.append(str(e))
     batch, steps = plan(recipe, train_rows, processes)
     try:
         output = check_output_dir(recipe)

@@ -155,6 +155,7 @@ def train(recipe) -> dict:
     # first: a wrong dataset or model path stops here, before any logging noise
     data_note = preflight.check_dataset_kind(recipe)
     preflight.check_model_path(recipe)
+    preflight.check_loggers(recipe)
     preflight.check_modality(recipe)
     _setup_logging(args)
     for note in recipe.adjustments:
