@@ -32,13 +32,19 @@ def quiet_environment(monkeypatch):
         monkeypatch.setenv(name, "1")
 
 
+def recipe_kinds() -> set[str]:
+    """Every method's default kind and every kind a shipped recipe names."""
+    return {kinds[0] for kinds in DATASET_KINDS.values()} | {
+        parse_recipe(name).script_args.dataset_kind for name in recipes.names()}
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """{kind: folder} for every kind a shipped recipe reads by default, built from 8 hand-made chains."""
+    """{kind: folder} for every kind a shipped recipe reads, built from 8 hand-made chains."""
     from stepcritic.data_prep.build import build_dataset
 
     root = tmp_path_factory.mktemp("data")
-    kinds = {kinds[0] for kinds in DATASET_KINDS.values()}
+    kinds = recipe_kinds()
     for kind in kinds:
         build_dataset(chains(8), kind, str(root / kind), test_fraction=0.25, seed=0)
     return {kind: str(root / kind) for kind in kinds}
@@ -49,7 +55,7 @@ def built_text(tmp_path_factory):
     """The same kinds built from text-only chains, for the recipes of text-only models."""
     from text_chains import ingest_and_build, sums
 
-    kinds = {kinds[0] for kinds in DATASET_KINDS.values()}
+    kinds = recipe_kinds()
     return ingest_and_build(sums(), tmp_path_factory.mktemp("text"), sorted(kinds))[1]
 
 
