@@ -402,7 +402,7 @@ def _finite_or_none(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
 
-def somers_d(human: list[float | None], judge: list[float | None], pvalue: bool = True) -> dict:
+def somers_d(human: list[float | None], judge: list[float | None]) -> dict:
     """Somers' D(judge | human), MiCEval's correlation with human scores (Sec. 6.2, App. D.1).
 
     Asymmetric: human scores are the independent variable, so pairs tied on the human score do not
@@ -410,14 +410,13 @@ def somers_d(human: list[float | None], judge: list[float | None], pvalue: bool 
     side is None are skipped. Returns d, pvalue, n: d is None when fewer than two pairs or constant human
     scores; a constant judge (scores, but all equal) has D = 0, no association, which is defined.
     MiCEval computes it per step (split into description and reasoning steps, App. D.3) and per MCoT
-    against its human good/bad label. With `pvalue` False (all `stepcritic eval` reports) the dict has no
-    pvalue: the statistic is counted with numpy alone (`rank_stats`), the same number, without loading scipy.
+    against its human good/bad label.
     """
     import numpy as np
 
     x, y = _paired(human, judge)
     if len(x) < 2 or _n_distinct(x) < 2:
-        return {"d": None, "pvalue": None, "n": len(x)} if pvalue else {"d": None, "n": len(x)}
+        return {"d": None, "pvalue": None, "n": len(x)}
     # D(y|x) = (concordant - discordant) / pairs untied on x = tau_b * sqrt(untied_y / untied_x).
     # scipy.stats.somersd builds a contingency table that grows with the square of the number of distinct
     # scores (31 s for 4,000 continuous judge scores); Kendall's tau-b is O(n log n) and gives the same
@@ -426,11 +425,7 @@ def somers_d(human: list[float | None], judge: list[float | None], pvalue: bool 
     ties = lambda v: float(sum(c * (c - 1) / 2 for c in np.unique(v, return_counts=True)[1].tolist()))  # noqa: E731
     untied_x, untied_y = n0 - ties(x), n0 - ties(y)
     if untied_y == 0:
-        return {"d": 0.0, "pvalue": None, "n": len(x)} if pvalue else {"d": 0.0, "n": len(x)}
-    if not pvalue:
-        from stepcritic.eval.rank_stats import kendall_tau_b
-
-        return {"d": _finite_or_none(kendall_tau_b(x, y) * math.sqrt(untied_y / untied_x)), "n": len(x)}
+        return {"d": 0.0, "pvalue": None, "n": len(x)}
     from scipy.stats import kendalltau
 
     result = kendalltau(x, y)
@@ -438,16 +433,11 @@ def somers_d(human: list[float | None], judge: list[float | None], pvalue: bool 
     return {"d": _finite_or_none(d), "pvalue": _finite_or_none(result.pvalue), "n": len(x)}
 
 
-def spearman(human: list[float | None], judge: list[float | None], pvalue: bool = True) -> dict:
-    """Spearman's rank correlation between human and judge scores (None pairs skipped): rho, pvalue, n. With
-    `pvalue` False, rho and n alone, counted with numpy (`rank_stats`), as `somers_d`."""
+def spearman(human: list[float | None], judge: list[float | None]) -> dict:
+    """Spearman's rank correlation between human and judge scores (None pairs skipped): rho, pvalue, n."""
     x, y = _paired(human, judge)
     if len(x) < 2 or _n_distinct(x) < 2 or _n_distinct(y) < 2:
-        return {"rho": None, "pvalue": None, "n": len(x)} if pvalue else {"rho": None, "n": len(x)}
-    if not pvalue:
-        from stepcritic.eval.rank_stats import spearman_rho
-
-        return {"rho": _finite_or_none(spearman_rho(x, y)), "n": len(x)}
+        return {"rho": None, "pvalue": None, "n": len(x)}
     from scipy.stats import spearmanr
 
     result = spearmanr(x, y)
