@@ -361,25 +361,19 @@ def verifier_average(accuracies: list[float | None]) -> float | None:
 
 def calibration(gold_incorrect: list[bool], p_incorrect: list[float], n_bins: int = 10) -> dict:
     """Reliability curve and Brier score of a judge's step probabilities P(incorrect) against the gold
-    labels (True = the step is incorrect). Everything is None (empty curves) when there is no probability
-    or the steps are all of one class."""
+    labels (True = the step is incorrect), scikit-learn's uniform-bin `calibration_curve` and `brier_score_loss`.
+    Everything is None (empty curves) when there is no probability or the steps are all of one class."""
     import numpy as np
 
     y, p = np.asarray(gold_incorrect, dtype=bool), np.asarray(p_incorrect, dtype=float)
     if y.all() or not y.any():
         return {"mean_predicted": [], "fraction_incorrect": [], "brier": None, "n": len(y)}
-    if p.min() < 0 or p.max() > 1:
-        raise ValueError("y_prob has values outside [0, 1].")
-    # scikit-learn's calibration_curve (uniform bins) and brier_score_loss, step by step
-    bins = np.searchsorted(np.linspace(0.0, 1.0, n_bins + 1)[1:-1], p)
-    total = np.bincount(bins, minlength=n_bins)
-    nonzero = total != 0
-    frac_incorrect = np.bincount(bins, weights=y, minlength=n_bins)[nonzero] / total[nonzero]
-    mean_p = np.bincount(bins, weights=p, minlength=n_bins)[nonzero] / total[nonzero]
-    label = y.astype(float)
-    brier = np.mean((1 - label - (1 - p)) ** 2 + (label - p) ** 2) * 0.5
+    from sklearn.calibration import calibration_curve
+    from sklearn.metrics import brier_score_loss
+
+    frac_incorrect, mean_p = calibration_curve(y, p, n_bins=n_bins)
     return {"mean_predicted": mean_p.tolist(), "fraction_incorrect": frac_incorrect.tolist(),
-            "brier": float(brier), "n": len(y)}
+            "brier": float(brier_score_loss(y, p)), "n": len(y)}
 
 
 def _paired(a, b):
