@@ -274,6 +274,17 @@ def full_values(questions: dict[str, list[dict]], memo: dict | None = None, keys
     return dict(zip(groups, values))
 
 
+def full_accuracy(per_question: dict[str, dict], method: str, weights=None):
+    """`method`'s accuracy with all candidates (`full_values`), the mean over questions; None when a question has no
+    value for it. With `weights`, per resample of the questions (`metrics.question_sums`)."""
+    from stepcritic.eval.metrics import question_mean, undefined
+
+    values = [v[method] for v in per_question.values()]
+    if not values or any(v is None for v in values):
+        return undefined(weights)
+    return question_mean(list(per_question), values, weights)
+
+
 def best_of_n(questions: dict[str, list[dict]], max_subsets: int = DEFAULT_MAX_SUBSETS,
               seed: int = DEFAULT_SEED, memo: dict | None = None, keys: dict | None = None) -> dict:
     """The best-of-N section for one judge, from its candidates per question (`candidates`).
@@ -294,7 +305,7 @@ def best_of_n(questions: dict[str, list[dict]], max_subsets: int = DEFAULT_MAX_S
         for m in METHODS:
             curve[m][str(n)] = _mean([v[m] for v in values])
     per_question = full_values(questions, memo, keys)
-    full = {m: _mean([v[m] for v in per_question.values()]) for m in METHODS}
+    full = {m: full_accuracy(per_question, m) for m in METHODS}
     counts = defaultdict(int)
     for size in sizes.values():
         counts[str(size)] += 1

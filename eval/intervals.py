@@ -80,23 +80,19 @@ def circular_accuracy(data, boot: GroupBootstrap) -> np.ndarray:
 
 
 def verifier_avg(data, boot: GroupBootstrap) -> np.ndarray:
-    """MiCEval's Avg. per resample: each task's accuracy over the questions drawn, then their mean (NaN when a
-    task has nothing drawn)."""
     per_task = []
     for task in verifier.TABLE_2_ORDER:
         scored = verifier.items(task, data.gold, data.verifier.get(task))
-        per_task.append(boot.ratio([g for g, _, _ in scored], [float(p == h) for _, h, p in scored],
-                                   [1.0] * len(scored)) if scored else np.full(len(boot.counts), np.nan))
-    return np.mean(per_task, axis=0)
+        per_task.append(M.verifier_accuracy([h for _, h, _ in scored], [p for _, _, p in scored],
+                                            list(verifier.VERIFIER_TASKS[task]), [g for g, _, _ in scored],
+                                            boot)["accuracy"])
+    return M.verifier_average(per_task)
 
 
 def bon_chain(data, boot: GroupBootstrap) -> np.ndarray:
-    """Best-of-N accuracy of the chain-score pick with all candidates, per resample of the questions."""
     memo = data.answers.memo  # the section just computed the same values
     questions, keys = best_of_n.keyed_candidates(data.gold, data.preds, memo)
-    per_question = best_of_n.full_values(questions, memo, keys)
-    hits = {g: v["chain"] for g, v in per_question.items() if v["chain"] is not None}
-    return boot.ratio(list(hits), list(hits.values()), [1.0] * len(hits))
+    return best_of_n.full_accuracy(best_of_n.full_values(questions, memo, keys), "chain", boot)
 
 
 def correction_own_gain(data, boot: GroupBootstrap) -> np.ndarray:

@@ -93,7 +93,7 @@ def _defined_where(count, value):
     return np.where(count > 0, value, np.nan)
 
 
-def _undefined(weights):
+def undefined(weights):
     """An undefined metric: None, or NaN in every resample."""
     import numpy as np
 
@@ -144,7 +144,7 @@ def step_f1(gold: list[bool | None], pred: list[bool | None], groups=None, weigh
     """
     y_true, y_pred, n_unparsed, groups = _flag_vectors(gold, pred, groups)
     if not len(y_true):
-        none = _undefined(weights)
+        none = undefined(weights)
         return {"precision": none, "recall": none, "f1": none, "tp": 0, "fp": 0, "fn": 0, "n": 0, "n_unparsed": 0}
     tp, n_true, n_pred = (question_sums(v, groups, weights) for v in (y_true & y_pred, y_true, y_pred))
     return {"precision": ratio(tp, n_pred, 0.0), "recall": ratio(tp, n_true), "f1": _f1(tp, n_true, n_pred),
@@ -178,7 +178,7 @@ def step_auroc(gold: list[bool | None], scores: list[float | None], groups=None,
     kept = ~np.isnan(g) & ~np.isnan(s)
     positive = g[kept] == 0
     if positive.all() or not positive.any():
-        return _undefined(weights)
+        return undefined(weights)
     if weights is not None:
         return weighted_auroc(positive, 1.0 - s[kept], weights.positions(_kept(groups, kept)), weights.counts)
     # every step in one question drawn once: the point value is the all-ones case of the same sums
@@ -314,28 +314,34 @@ def viscore(f1_answer, f1_step, f1_explanation):
 INVALID = "<invalid>"
 
 
-def verifier_accuracy(gold: list[str], pred: list[str | None], labels: list[str]) -> dict:
+def verifier_accuracy(gold: list[str], pred: list[str | None], labels: list[str], groups=None, weights=None) -> dict:
     """MiCEval's verifier scoring: accuracy where an invalid output (None, or not one of `labels`) is wrong.
 
     Returns accuracy, invalid_rate (share of outputs outside the label set; MiCEval Table 5),
     per_class_f1 {label: f1}, macro_f1 (their mean over all `labels`; a label that never occurs in gold
-    or predictions scores 0, sklearn's zero_division=0) and n. Items with gold None are skipped.
+    or predictions scores 0, sklearn's zero_division=0) and n. Items with gold None are skipped. With `groups` and
+    `weights`, the accuracy alone, per resample.
     """
-    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.metrics import f1_score
 
     if len(gold) != len(pred):
         raise ValueError(f"gold has {len(gold)} labels but pred has {len(pred)}")
-    pairs = [(g, p) for g, p in zip(gold, pred) if g is not None]
+    kept = [g is not None for g in gold]
+    pairs = [(g, p) for g, p, k in zip(gold, pred, kept) if k]
     if not pairs:
-        return {"accuracy": None, "invalid_rate": None, "per_class_f1": {}, "macro_f1": None, "n": 0}
+        return {"accuracy": undefined(weights), "invalid_rate": None, "per_class_f1": {}, "macro_f1": None, "n": 0}
     unknown = {g for g, _ in pairs} - set(labels)
     if unknown:
         raise ValueError(f"gold labels {sorted(unknown)} are not in labels {labels}")
     y_true = [g for g, _ in pairs]
     y_pred = [p if p in labels else INVALID for _, p in pairs]
+    # accuracy_score(sample_weight=) is the same number, but 1,000 resamples of 9 tasks of 30,000 items take it 700 s
+    accuracy = question_mean(None if groups is None else [q for q, k in zip(groups, kept) if k],
+                             [t == p for t, p in zip(y_true, y_pred)], weights)
+    if weights is not None:
+        return {"accuracy": accuracy, "n": len(pairs)}
     per_class = f1_score(y_true, y_pred, labels=list(labels), average=None, zero_division=0)
-    return {"accuracy": float(accuracy_score(y_true, y_pred)),
-            "invalid_rate": y_pred.count(INVALID) / len(y_pred),
+    return {"accuracy": accuracy, "invalid_rate": y_pred.count(INVALID) / len(y_pred),
             "per_class_f1": {label: float(f) for label, f in zip(labels, per_class)},
             "macro_f1": float(per_class.mean()), "n": len(pairs)}
 
@@ -350,10 +356,15 @@ def output_invalid_rate(counts, groups=None, weights=None) -> float | None:
     return ratio(question_sums(counts[:, 1], groups, weights), question_sums(counts[:, 0], groups, weights))
 
 
-def verifier_average(accuracies: list[float | None]) -> float | None:
+def verifier_average(accuracies: list) -> float | None:
     """MiCEval's "Avg." (Table 2): the unweighted mean of the verifier tasks' accuracies, each task counting once
     however many steps it asks about. None when any task's accuracy is undefined (a judge that cannot answer it,
-    data without its labels): a mean over fewer tasks is not the paper's number."""
+    data without its labels): a mean over fewer tasks is not the paper's number. Per resample when the accuracies
+    are arrays (NaN where a task has nothing drawn)."""
+    import numpy as np
+
+    if accuracies and any(np.ndim(a) for a in accuracies):
+        return np.mean(accuracies, axis=0)  # rounds apart from fmean in the last bit: tests/snapshots fix each
     if not accuracies or any(a is None for a in accuracies):
         return None
     return statistics.fmean(accuracies)
@@ -512,7 +523,7 @@ def choice_ranking_accuracy(records: list[dict], weights=None) -> dict:
     hits = choice_ranking_hits(records)
     scored = any(r["score"] is not None for r in records)
     accuracy = question_mean(list(hits), [h["hit"] for h in hits.values()], weights)
-    return {"accuracy": accuracy if scored else _undefined(weights), "n_groups": len(hits),
+    return {"accuracy": accuracy if scored else undefined(weights), "n_groups": len(hits),
             "n_chains": sum(h["n_chains"] for h in hits.values()), "n_ties": sum(h["tie"] for h in hits.values())}
 
 

@@ -287,7 +287,7 @@ def test_a_headline_metric_with_every_question_drawn_once_is_its_point_value(see
     gold, preds = random_gold_and_preds(rng)
     matcher = LexicalMatcher(0.5)
     data = results.JudgeData(gold, preds, [], matcher, results.explanation_matches(gold, preds, matcher))
-    tasks = ("critique", "choice", "prmscore", "first-error")
+    tasks = ("critique", "choice", "prmscore", "first-error", "best-of-n")
     sec = results.section(data, tasks)
     once = GroupBootstrap(data.view.group_ids(), n_resamples=1)
     once.counts = np.ones_like(once.counts)
