@@ -17,6 +17,8 @@ COMMANDS = {
     "train": ("stepcritic.train.cli", "train a critic (sft, dpo, prm, reward, grpo) from a YAML recipe"),
     "eval": ("stepcritic.eval.cli", "score judges (trained, prompted, API, baselines) on chains and write a report"),
     "generate": ("stepcritic.policy.cli", "sample a policy's own chains for the questions of a chains folder"),
+    "search": ("stepcritic.policy.search_cli",
+               "test-time search: best-of-N, weighted, beam and DVTS with a critic, as accuracy against N"),
     "serve": ("stepcritic.serve.cli", "serve a judge's step scores over HTTP, batched across requests (FastAPI)"),
     "demo": ("stepcritic.demo",
              "the offline end-to-end job: synthetic data -> trained tiny critic -> evaluation report"),
