@@ -48,7 +48,7 @@ TEMPLATES = [
 ]
 QUESTIONS = [
     ("colour", re.compile(rf"What colour is the ({_S})\?")),
-    ("sum", re.compile(rf"How many (\w+) and (\w+) are there altogether\?")),
+    ("sum", re.compile(r"How many (\w+) and (\w+) are there altogether\?")),
     ("count", re.compile(r"How many (\w+) are there\?")),
     ("compare", re.compile(rf"Are there more ({_C}) shapes than ({_C}) shapes\?")),
     ("existence", re.compile(rf"Is there an? ({_S}) in the image\?")),
