@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from stepcritic.rewards.core import AGGREGATES
+from stepcritic.train.limits import MAX_STEPS
 
 EPILOG = """\
 routes (JSON; with --api-key-file every route but /health needs `Authorization: Bearer KEY`):
@@ -70,8 +71,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                              "(default min)")
     parser.add_argument("--max-body-bytes", type=positive, default=32 * 1024 * 1024, metavar="B",
                         help="largest request body, 413 past it (default 32 MiB)")
-    parser.add_argument("--max-steps", type=positive, default=128, metavar="S",
-                        help="most steps per chain (default 128)")
+    parser.add_argument("--max-steps", type=positive, default=MAX_STEPS, metavar="S",
+                        help=f"most steps per chain (default and most: {MAX_STEPS}, what a critic scores)")
     parser.add_argument("--max-images", type=positive, default=8, metavar="I",
                         help="most images per chain (default 8)")
     return parser

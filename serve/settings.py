@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from stepcritic.errors import UserError
+from stepcritic.train.limits import MAX_STEPS
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -30,7 +31,7 @@ class Settings:
     image_root: str | None = None
     aggregate: str = "min"
     max_body_bytes: int = 32 * 1024 * 1024
-    max_steps: int = 128          # per chain
+    max_steps: int = MAX_STEPS    # per chain; never more, the most a critic scores
     max_images: int = 8           # per chain
 
     @property
@@ -57,6 +58,9 @@ def read_api_keys(path: str) -> tuple:
 
 def from_args(args) -> Settings:
     """Settings from the parsed command line, every file and folder checked."""
+    if args.max_steps > MAX_STEPS:  # the judge would refuse such a chain after the request was accepted
+        raise ServeError(f"--max-steps {args.max_steps}: more than the {MAX_STEPS} steps a critic scores "
+                         "(stepcritic.train.limits.MAX_STEPS)")
     keys = read_api_keys(args.api_key_file) if args.api_key_file else ()
     image_root = None
     if args.image_root is not None:

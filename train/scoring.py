@@ -9,7 +9,10 @@ positions) at the cost of a single pass, and chains are batched (right-padded) o
 
 A PRM trained to write a note before each verdict (`data build --prm-notes`, recorded in its config as
 `stepcritic_prm_notes`) cannot be read in one pass: its verdict depends on a note the model must write itself.
-It is scored step by step, and the score is read from the note, not from the verdict: P(step correct) is the
+It is scored step by step, one chain at a time, and each step reads only what is new: the chain's keys and values stay
+in the model's cache from step to step (`_Context`), so a note's generation and its reading start where the step
+before ended, and a chain's cost grows linearly with its steps rather than with their square. The score is read from
+the note, not from the verdict: P(step correct) is the
 probability the model gives to the step's own text as its note, taken at the step's least likely token. A step
 the model would write as it stands scores near 1; one whose value it would write otherwise (a colour, a count)
 scores the probability of that wrong token. Why not the verdict: comparing note and step is itself an XOR of two
@@ -29,6 +32,8 @@ the image?" and reads P(yes), the prompted counterpart of a PRM.
 
 `RewardScorer` reads an outcome reward model (`method: reward`): one scalar per whole chain.
 
+A chain with more steps than `limits.MAX_STEPS` is refused in one line before it is scored.
+
 Each scorer takes a VLM or a text model (`loading.load_critic` decides from the config). A text model given a chain
 with an image stops with one line naming the chain and the model (`modality.ModalityMismatch`); a VLM given a
 text-only chain scores it from the text, as it was trained on such rows.
@@ -40,6 +45,7 @@ from stepcritic.data_prep import prompts
 from stepcritic.data_prep.images import rgb_images
 from stepcritic.data_prep.schema import chain_images
 from stepcritic.train import fast_masks
+from stepcritic.train.limits import check_steps
 
 
 def trusted_verdict(p_correct: float, sure: float) -> float:
@@ -149,13 +155,12 @@ class PRMScorer:
 
     def score(self, chains: list[dict]) -> list[list[float]]:
         """Per chain, per step: P(`+`) normalised over {`+`, `-`}."""
+        check_steps(chains)
         check_modality(self.processor, chains)
-        out = []
         if self.notes:
-            self.last_notes = []  # every chain's notes, batch after batch
-            for start in range(0, len(chains), self.batch_size):
-                out.extend(self._score_with_notes(chains[start:start + self.batch_size]))
-            return out
+            self.last_notes = []  # every chain's notes, chain after chain
+            return [self._score_with_notes(chain) for chain in chains]
+        out = []
         for start in range(0, len(chains), self.batch_size):
             out.extend(self._score_batch(chains[start:start + self.batch_size]))
         return out
@@ -180,90 +185,137 @@ class PRMScorer:
         slot = {int(p): i for i, p in enumerate(kept)}
         return [[float(pair[b, slot[int(p)]]) for p in row] for b, row in enumerate(positions)]
 
-    def _score_with_notes(self, chains: list[dict]) -> list[list[float]]:
-        """Step by step, the chains in a batch side by side (left-padded): write each note greedily, then read the
-        probability of the step's own text as the note. `self.last_notes` gets the notes the model wrote (what it
-        says each step should read), for inspection."""
+    def _score_with_notes(self, chain: dict) -> list[float]:
+        """Step by step: write each note greedily, then read the probability of the step's own text as the note.
+        `self.last_notes` gets the notes the model wrote (what it says each step should read), for inspection.
+
+        Each step's prompt is the whole conversation rendered again, as in training, but the model reads only the
+        tokens its cache does not already hold (`_Context.keep`): one generation and one forward pass per step."""
         from trl.data_utils import prepare_multimodal_messages
 
         device = next(self.model.parameters()).device
-        images = [rgb_images(chain) for chain in chains]
-        turns = [prompts.prm_prompt_messages(chain, self.template, notes=self.notes)[0::2]  # the user turns
-                 for chain in chains]
-        checks = self.notes == "check"
-        messages = [[] for _ in chains]
-        scores, notes = [[] for _ in chains], [[] for _ in chains]
-        for index in range(max(len(t) for t in turns)):
-            rows = [b for b, t in enumerate(turns) if index < len(t)]
-            for b in rows:
-                messages[b].append(turns[b][index])
+        images = rgb_images(chain)
+        turns = prompts.prm_prompt_messages(chain, self.template, notes=self.notes)[0::2]  # the user turns
+        context = _Context()
+        messages, scores, notes = [], [], []
+        for index, turn in enumerate(turns):
+            messages.append(turn)
             inputs = self.processor.apply_chat_template(
-                [prepare_multimodal_messages([dict(m) for m in messages[b]], images=images[b]) for b in rows],
+                [prepare_multimodal_messages([dict(m) for m in messages], images=images)],
                 add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
-                processor_kwargs={"padding": True, "padding_side": "left"}).to(device)
-            if checks:
-                written, p_notes = self._write_notes(inputs, verdicts=True)
+                processor_kwargs={"truncation": False})  # never cut: a cut prompt would end before the step it asks
+            ids = inputs["input_ids"]
+            if index == 0 and images:  # the images go with the first user turn: what follows them may be reused
+                context.fixed = self._vision_end(ids[0])
+            # the images (and any other model input beside the text) are read only by a pass that starts at 0
+            vision = {} if context.keep(ids[0]) else {k: v.to(device) for k, v in inputs.items()
+                                                      if k not in ("input_ids", "attention_mask")}
+            if self.notes == "check":
+                note, p_note = self._write_note(ids.to(device), vision, context, verdict=True)
             else:
-                written = self._write_notes(inputs)
-                p_notes = self._note_probabilities(inputs, [chains[b]["steps"][index]["text"] for b in rows])
-            for b, note, p_note in zip(rows, written, p_notes):
-                scores[b].append(p_note)
-                notes[b].append(note)
-                messages[b].append(prompts.assistant_turn(prompts.prm_turn(prompts.PRM_POSITIVE, note)))
-        self.last_notes.extend(notes)
+                note = self._write_note(ids.to(device), vision, context)
+                p_note = self._note_probability(ids.to(device), chain["steps"][index]["text"], context)
+            scores.append(p_note)
+            notes.append(note)
+            messages.append(prompts.assistant_turn(prompts.prm_turn(prompts.PRM_POSITIVE, note)))
+        self.last_notes.append(notes)
         return scores
 
-    def _write_notes(self, inputs, verdicts: bool = False):
-        """Greedy notes for a left-padded batch, each cut where its verdict comes; with `verdicts`, also P(`+`)
-        against P(`-`) at that place (the model's own logits, before the forced-verdict rule), moved towards 1/2 as
-        far as the model doubted its note (the module's docstring)."""
+    def _vision_end(self, ids) -> int:
+        """Where the image tokens of a prompt end (all of it when the config names no image token)."""
+        config = self.model.config
+        image_tokens = {getattr(config, name, None) for name in ("image_token_id", "image_token_index",
+                                                                 "video_token_id")} - {None}
+        positions = [k for k, token in enumerate(ids.tolist()) if token in image_tokens]
+        return positions[-1] + 1 if positions else len(ids)
+
+    def _write_note(self, ids, vision: dict, context: "_Context", verdict: bool = False):
+        """The greedy note after the prompt `ids` (one row), cut where its verdict comes, the cache extended by what
+        the model read; with `verdict`, also P(`+`) against P(`-`) at that place (the model's own logits, before the
+        forced-verdict rule), moved towards 1/2 as far as the model doubted its note (the module's docstring)."""
         import torch
 
         ends = [self.positive_id, self.negative_id]
-        n, budget = inputs["input_ids"].shape[1], self.MAX_CHECK_TOKENS if verdicts else self.MAX_NOTE_TOKENS
+        n, budget = ids.shape[1], self.MAX_CHECK_TOKENS if verdict else self.MAX_NOTE_TOKENS
         with torch.no_grad():
-            out = self.model.generate(**inputs, max_new_tokens=budget, do_sample=False, eos_token_id=ends,
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **vision,
+                                      past_key_values=context.cache, use_cache=True, max_new_tokens=budget,
+                                      do_sample=False, eos_token_id=ends,
                                       pad_token_id=self.processor.tokenizer.pad_token_id,
                                       logits_processor=[_ForceVerdict(n + budget - 1, ends)],
-                                      return_dict_in_generate=True, output_logits=verdicts)
-        notes, p_correct = [], []
-        for b, row in enumerate(out.sequences[:, n:].tolist()):
-            end = next(k for k, token in enumerate(row) if token in ends)  # always there: _ForceVerdict
-            notes.append(self.processor.tokenizer.decode(row[:end], skip_special_tokens=True).strip())
-            if verdicts:
-                pair = out.logits[end][b, ends].float().log_softmax(-1)
-                sure = min((float(out.logits[k][b].float().softmax(-1)[token]) for k, token in enumerate(row[:end])),
-                           default=1.0)
-                p_correct.append(trusted_verdict(float(pair[0].exp()), sure))
-        return (notes, p_correct) if verdicts else notes
+                                      return_dict_in_generate=True, output_logits=verdict)
+        context.read(out.past_key_values, out.sequences[0])
+        row = out.sequences[0, n:].tolist()
+        end = next(k for k, token in enumerate(row) if token in ends)  # always there: _ForceVerdict
+        note = self.processor.tokenizer.decode(row[:end], skip_special_tokens=True).strip()
+        if not verdict:
+            return note
+        pair = out.logits[end][0, ends].float().log_softmax(-1)
+        sure = min((float(out.logits[k][0].float().softmax(-1)[token]) for k, token in enumerate(row[:end])),
+                   default=1.0)
+        return note, trusted_verdict(float(pair[0].exp()), sure)
 
-    def _note_probabilities(self, inputs, steps: list[str]) -> list[float]:
-        """For each row, the least probability of any token of its step written as the note, the line end that
-        closes the note included (teacher-forced after the prompt)."""
+    def _note_probability(self, ids, step: str, context: "_Context") -> float:
+        """The least probability of any token of `step` written as the note after the prompt `ids`, the line end
+        that closes the note included (teacher-forced, from the cache of the prompt)."""
         import torch
 
-        tokenizer = self.processor.tokenizer
-        forced = [tokenizer.encode(step + prompts.PRM_NOTE_END, add_special_tokens=False) for step in steps]
-        width = max(map(len, forced))
-        rows, n = len(steps), inputs["input_ids"].shape[1]
-        # the prompts are left-padded to n; each note goes right after its prompt, the rest is right padding
-        ids = torch.full((rows, n + width), tokenizer.pad_token_id, dtype=inputs["input_ids"].dtype)
-        mask = torch.zeros((rows, n + width), dtype=inputs["attention_mask"].dtype)
-        ids[:, :n], mask[:, :n] = inputs["input_ids"].cpu(), inputs["attention_mask"].cpu()
-        for b, note in enumerate(forced):
-            ids[b, n:n + len(note)] = torch.tensor(note)
-            mask[b, n:n + len(note)] = 1
-        positions = (mask.cumsum(1) - 1).clamp(min=0)  # left padding must not shift the real tokens' positions
-        device = inputs["input_ids"].device
-        batch = dict(inputs, input_ids=ids.to(device), attention_mask=mask.to(device),
-                     position_ids=positions.to(device))
+        forced = self.processor.tokenizer.encode(step + prompts.PRM_NOTE_END, add_special_tokens=False)
+        n = ids.shape[1]
+        context.keep(ids[0], upto=n - 1)  # the prompt's last token is read again: its logits predict the note
+        fed = torch.cat([ids[:, n - 1:], torch.tensor([forced], dtype=ids.dtype, device=ids.device)], dim=1)
         with torch.no_grad():
-            logits = self.model(**batch).logits[:, n - 1:-1].float()
-        out = []
-        for b, note in enumerate(forced):
-            probs = logits[b, :len(note)].softmax(-1).gather(1, torch.tensor(note, device=device)[:, None])[:, 0]
-            out.append(float(probs.min()))
-        return out
+            out = self.model(input_ids=fed, attention_mask=torch.ones((1, n + len(forced)), dtype=torch.long,
+                                                                      device=ids.device),
+                             past_key_values=context.cache, use_cache=True)
+        context.read(out.past_key_values, torch.cat([ids[0], fed[0, 1:]]))
+        probs = out.logits[0, :len(forced)].float().softmax(-1).gather(1, fed[0, 1:, None])[:, 0]
+        return float(probs.min())
+
+
+class _Context:
+    """One chain's conversation as the model has read it: `cache`, the keys and values of the token ids `ids`.
+
+    A step's prompt normally starts with everything read before (the chat template only appends), so only its new
+    tokens are read; where a template renders earlier turns otherwise, the cache is cut back to the common start.
+    Nothing before `fixed` (the first prompt, which holds the images) is ever re-read on its own: a change there reads
+    the whole prompt again, images included."""
+
+    def __init__(self):
+        self.cache, self.ids, self.fixed = None, None, 0
+
+    def keep(self, ids, upto: int | None = None) -> bool:
+        """Cut the cache to its longest common start with `ids` (at most `upto` tokens, by default all but the last,
+        which must be fed for its logits). False when nothing is kept and the prompt must be read from the start."""
+        common = self.common_start(ids, len(ids) - 1 if upto is None else upto)
+        if common == 0 or common < self.fixed or not self._cut(common):
+            self.cache, self.ids = None, None
+            return False
+        self.ids = self.ids[:common]
+        return True
+
+    def common_start(self, ids, limit: int) -> int:
+        """How many of the first `limit` tokens of `ids` the cache holds."""
+        if self.cache is None:
+            return 0
+        limit = min(len(self.ids), limit)
+        differs = (self.ids[:limit] != ids[:limit]).nonzero()
+        return int(differs[0]) if len(differs) else limit
+
+    def _cut(self, length: int) -> bool:
+        extra = self.cache.get_seq_length() - length
+        if extra <= 0:
+            return True
+        try:
+            self.cache.crop(-extra)
+        except (RuntimeError, ValueError):  # a sliding-window layer past its window cannot be cut: read afresh
+            return False
+        return True
+
+    def read(self, cache, sequence) -> None:
+        """After a pass: the cache it returned holds the first `get_seq_length()` tokens of `sequence`."""
+        self.cache = cache
+        self.ids = sequence[:cache.get_seq_length()]
 
 
 class _ForceVerdict:

@@ -3,11 +3,16 @@
 One teacher-forced forward pass per chain gives P(step correct) for every step (`train.scoring.PRMScorer`).
 A step is judged correct when that probability reaches `threshold`; `p_incorrect` is its complement and
 the chain score aggregates the per-step probabilities (`min`, the usual PRM choice, by default).
+
+A PRM that writes notes is scored step by step (a generation per step, each reusing the cache of the steps before):
+it hands each chain over as soon as it is scored, so progress and the saved critiques advance chain by chain. A
+chain longer than `train.limits.MAX_STEPS` is refused by the scorer in one line, before it is scored.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 
 from stepcritic.eval.judges.base import Critique
 from stepcritic.eval.judges.scored import ScoredJudge
@@ -41,6 +46,13 @@ class PRMJudge(ScoredJudge):
         from stepcritic.train.scoring import PRMScorer  # torch and transformers, when the judge loads its model
 
         return PRMScorer
+
+    def judge_stream(self, chains: Iterable[dict]) -> Iterator[tuple[int, Critique]]:
+        if not self.scorer.notes:
+            yield from super().judge_stream(chains)
+            return
+        for index, chain in enumerate(chains):  # minutes per long chain: each is saved and counted when done
+            yield index, self.judge_batch([chain])[0]
 
     def critique(self, chain: dict, p_correct: list[float]) -> Critique:
         return Critique(chain["chain_id"], verdicts=[p >= self.threshold for p in p_correct],
