@@ -349,32 +349,33 @@ def run_accuracy(run: Run, question: dict) -> float:
 
 # ----------------------------------------------------------------------------- metrics
 
-def curve_point(groups: list[str], values: list[float], spent: list[float]) -> dict:
+def curve_point(bootstrap, groups: list[str], values: list[float], spent: list[float]) -> dict:
     """Accuracy over questions with its bootstrap interval (eval's: questions resampled), and words per question."""
-    import numpy as np
+    from stepcritic.eval.bootstrap import interval
 
-    from stepcritic.eval.bootstrap import GroupBootstrap, interval
-
-    resampled = GroupBootstrap(groups).sums(groups, values) / len(groups)
-    return {"accuracy": round(statistics.fmean(values), 6), "interval": interval(np.asarray(resampled)),
+    return {"accuracy": round(statistics.fmean(values), 6),
+            "interval": interval(bootstrap.sums(groups, values) / len(groups)),
             "words_per_question": round(statistics.fmean(spent), 2)}
 
 
 def metrics_of(shown: dict, rows: list, samples: dict, runs: list[Run], settings: SearchSettings) -> dict:
+    from stepcritic.eval.bootstrap import GroupBootstrap
+
     groups = [shown[row]["group_id"] for row in rows]
-    methods = {}
-    for method in settings.methods:
-        methods[method] = {}
-        for n in budgets(settings.n):
-            if method in SAMPLED:
-                got = [sampled_values(shown[row]["group_id"], samples[row], n, settings.subsets, settings.seed)[method]
+    bootstrap = GroupBootstrap(groups)  # one set of draws: every method and N resampled alike
+    methods = {m: {} for m in settings.methods}
+    for n in budgets(settings.n):
+        if any(m in SAMPLED for m in settings.methods):
+            per_row = [sampled_values(shown[row]["group_id"], samples[row], n, settings.subsets, settings.seed)
                        for row in rows]
-                values, spent = [v for v, _ in got], [w for _, w in got]
+        for method in settings.methods:
+            if method in SAMPLED:
+                values, spent = [v[method][0] for v in per_row], [v[method][1] for v in per_row]
             else:
                 by_row = {run.row: run for run in runs if run.method == method and run.budget == n}
                 values = [run_accuracy(by_row[row], shown[row]) for row in rows]
                 spent = [by_row[row].words for row in rows]
-            methods[method][str(n)] = curve_point(groups, values, spent)
+            methods[method][str(n)] = curve_point(bootstrap, groups, values, spent)
     return methods
 
 

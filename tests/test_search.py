@@ -196,8 +196,8 @@ def test_the_tiny_model_as_policy(questions, tmp_path, capsys):
     out = str(tmp_path / "out")
     assert stepcritic(["search", "--policy", f"hf:{tiny_critic_path()},batch_size=4", "--template", "policy_brief",
                        "--critic", CRITIC, "--chains", questions, "--method", "majority", "best-of-n", "beam",
-                       "--n", "2", "--expansions", "2", "--max-steps", "2", "--max-new-tokens", "12",
+                       "--n", "2", "--expansions", "2", "--max-steps", "2", "--max-new-tokens", "12", "--limit", "1",
                        "--out", out, "--quiet"]) == 0
     metrics = json.load(open(f"{out}/metrics.json"))
-    assert metrics["asked"]["samples"] == 6 and set(metrics["methods"]) == {"majority", "best-of-n", "beam"}
+    assert metrics["asked"]["samples"] == 2 and set(metrics["methods"]) == {"majority", "best-of-n", "beam"}
     assert all(0 <= p["accuracy"] <= 1 for curve in metrics["methods"].values() for p in curve.values())
