@@ -31,6 +31,7 @@ class SearchPolicy(GenerativeJudge):
 
     kind = "py"
     CONTINUES = True
+    SAMPLES = SAMPLES
 
     def generate(self, prompts):
         replies = []
@@ -41,10 +42,18 @@ class SearchPolicy(GenerativeJudge):
                 prefix = prompt.messages[-1]["content"][0]["text"]
                 text = f"So the answer is {colour(prefix)}."
             else:
-                text = SAMPLES[sum(not p.continue_final and _text(p) == _text(prompt) for p in ASKED) % len(SAMPLES)]
+                seen = sum(not p.continue_final and _text(p) == _text(prompt) for p in ASKED)
+                text = self.SAMPLES[seen % len(self.SAMPLES)]
             ASKED.append(prompt)
             replies.append(Reply(text=text))
         return replies
+
+
+class Unfinished(SearchPolicy):
+    """Samples of which one is blank and one states no answer."""
+
+    SAMPLES = ("  ", "The circle is red.\nSo the answer is red.", "The circle is blue.\nSo the answer is blue.",
+               "The circle is red.")
 
 
 class ColourCritic(Judge):

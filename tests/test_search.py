@@ -82,6 +82,20 @@ def test_weighted_sums_the_scores_of_an_answer(questions, tmp_path):
     assert all(got["oracle"][n] >= got[m][n] for m in got for n in got[m])
 
 
+def test_samples_without_an_answer_abstain_from_votes_and_are_wrong(questions, tmp_path):
+    out = str(tmp_path / "out")
+    assert stepcritic(["search", "--policy", "py:search_fakes.Unfinished", "--critic", CRITIC, "--chains", questions,
+                       "--method", *SAMPLED, "--n", "4", "--out", out, "--quiet"]) == 0
+    metrics = json.load(open(f"{out}/metrics.json"))
+    assert metrics["samples"] == {"total": 12, "answered": 6, "right": 3, "blank": 3}
+    got = accuracy(out)
+    # blank, red, blue, red without an answer: the vote is red against blue; the critic scores the unanswered red
+    # chain as high as the answered one (a tie shared), and a sum of scores goes to answers only
+    assert {m: got[m][4] for m in got} == {"majority": 0.5, "random": 0.25, "oracle": 1.0, "best-of-n": 0.5,
+                                           "weighted": 1.0}
+    assert metrics["asked"]["critic"] == 3 * 3  # the blank sample has no step to score
+
+
 def test_the_aggregate_decides_the_chain_score(questions, tmp_path):
     out = str(tmp_path / "out")
     # `last` reads the final step only: "So the answer is ..." scores as its colour, so red still wins
