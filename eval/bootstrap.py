@@ -76,12 +76,6 @@ class GroupBootstrap:
                                 minlength=len(self.groups))
         return self._times(per_group)
 
-    def ratio(self, group_ids, numerator, denominator) -> np.ndarray:
-        """sum(numerator) / sum(denominator) per resample: a mean over the items that count."""
-        num, den = self.sums(group_ids, numerator), self.sums(group_ids, denominator)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(den > 0, num / den, np.nan)
-
     def auroc(self, group_ids, positive, score, chunk_cells: int = BLOCK_CELLS) -> np.ndarray:
         """`metrics.weighted_auroc` of `score` for finding `positive` items, per resample of these draws."""
         return weighted_auroc(positive, score, self.positions(group_ids), self.counts, chunk_cells)
