@@ -309,6 +309,21 @@ def viscore(f1_answer, f1_step, f1_explanation):
     return math.prod(parts) ** (1 / 3)
 
 
+def visco_scores(level: list[str], gold: list[bool | None], pred: list[bool | None],
+                 match: list[float | None]) -> dict:
+    """VISCO's answer, step and explanation F1 and their VISCore from one row per judged unit: `level` "answer" (a
+    final-answer verdict) or "step" (a step verdict), its gold and predicted correctness, and for a step row its
+    explanation's match score (`explanation_match_f1`). The rows of the `evaluate` module `viscore.py`."""
+    unknown = set(level) - {"answer", "step"}
+    if unknown:
+        raise ValueError(f"level must be 'answer' or 'step', got {sorted(unknown)}")
+    answers, steps = ([i for i, lv in enumerate(level) if lv == kind] for kind in ("answer", "step"))
+    f1_a = answer_f1([gold[i] for i in answers], [pred[i] for i in answers])["f1"]
+    f1_s = step_f1([gold[i] for i in steps], [pred[i] for i in steps])["f1"]
+    f1_e = explanation_match_f1([gold[i] for i in steps], [pred[i] for i in steps], [match[i] for i in steps])["f1"]
+    return {"answer_f1": f1_a, "step_f1": f1_s, "explanation_f1": f1_e, "viscore": viscore(f1_a, f1_s, f1_e)}
+
+
 # ----------------------------------------------------------------------------- MiCEval: verifier and evaluator
 
 INVALID = "<invalid>"

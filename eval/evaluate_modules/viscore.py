@@ -1,4 +1,4 @@
-"""`evaluate` wrapper of VISCO's VISCore from per-item critique results.
+"""`evaluate` wrapper of `stepcritic.eval.metrics.visco_scores`: VISCO's VISCore from per-item critique results.
 
     metric = evaluate.load("/abs/path/eval/evaluate_modules/viscore.py")
     metric.compute(level=["answer", "step", ...], predictions=[...], references=[...],
@@ -14,7 +14,7 @@ Returns answer_f1, step_f1, explanation_f1 and their geometric mean, viscore.
 import datasets
 import evaluate
 
-from stepcritic.eval.metrics import answer_f1, explanation_match_f1, step_f1, viscore
+from stepcritic.eval.metrics import visco_scores
 
 
 class VISCore(evaluate.Metric):
@@ -31,14 +31,4 @@ class VISCore(evaluate.Metric):
         )
 
     def _compute(self, level, predictions, references, explanation_match):
-        unknown = set(level) - {"answer", "step"}
-        if unknown:
-            raise ValueError(f"level must be 'answer' or 'step', got {sorted(unknown)}")
-        rows = list(zip(level, predictions, references, explanation_match))
-        answers = [(p, r) for lv, p, r, _ in rows if lv == "answer"]
-        steps = [(p, r, m) for lv, p, r, m in rows if lv == "step"]
-        f1_a = answer_f1([r for _, r in answers], [p for p, _ in answers])["f1"]
-        f1_s = step_f1([r for _, r, _ in steps], [p for p, _, _ in steps])["f1"]
-        f1_e = explanation_match_f1([r for _, r, _ in steps], [p for p, _, _ in steps],
-                                    [m for _, _, m in steps])["f1"]
-        return {"answer_f1": f1_a, "step_f1": f1_s, "explanation_f1": f1_e, "viscore": viscore(f1_a, f1_s, f1_e)}
+        return visco_scores(level, references, predictions, explanation_match)
