@@ -202,12 +202,12 @@ class Scores:
                                  f"others are saved); run the same command again to ask only those (first error: "
                                  f"{next(iter(failures.values()))})")
 
-    def of(self, chain: dict) -> tuple[float | None, list]:
+    def of(self, chain: dict, aggregate: str | None = None) -> tuple[float | None, list]:
         """(the chain's score under the aggregate, its step scores) from its saved critique."""
         from stepcritic.eval.judges.base import Critique
         from stepcritic.rewards.core import scored
 
-        got = scored(Critique.from_json(self.records[chain["chain_id"]]), self.aggregate)
+        got = scored(Critique.from_json(self.records[chain["chain_id"]]), aggregate or self.aggregate)
         return got.score, got.step_scores
 
     def close(self) -> None:
@@ -379,6 +379,22 @@ def metrics_of(shown: dict, rows: list, samples: dict, runs: list[Run], settings
     return methods
 
 
+def by_aggregate(shown: dict, rows: list, samples: dict, settings: SearchSettings) -> dict:
+    """best-of-n's and weighted's accuracy at each N under every aggregate, from the same critiques: which rule
+    picks best, without asking the critic again."""
+    scored = [m for m in ("best-of-n", "weighted") if m in settings.methods]
+    out = {}
+    for aggregate in AGGREGATES if scored else ():
+        out[aggregate] = {m: {} for m in scored}
+        for n in budgets(settings.n):
+            per_row = [sampled_values(shown[row]["group_id"], [{**s, "score": s["scores"][aggregate]}
+                                                              for s in samples[row]],
+                                      n, settings.subsets, settings.seed) for row in rows]
+            for m in scored:
+                out[aggregate][m][str(n)] = round(statistics.fmean(v[m][0] for v in per_row), 6)
+    return out
+
+
 # ----------------------------------------------------------------------------- report and plot
 
 def write_report(metrics: dict, path: str, plotted: bool) -> None:
@@ -401,6 +417,12 @@ def write_report(metrics: dict, path: str, plotted: bool) -> None:
               "| method | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
     for method, curve in metrics["methods"].items():
         lines.append(f"| {method} | " + " | ".join(f"{curve[n]['words_per_question']:g}" for n in ns) + " |")
+    if metrics["by_aggregate"]:
+        lines += ["", "## Picks by every aggregate of the step scores (the same critiques)", "",
+                  "| aggregate | method | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
+        for aggregate, per_method in metrics["by_aggregate"].items():
+            for method, curve in per_method.items():
+                lines.append(f"| {aggregate} | {method} | " + " | ".join(f"{curve[n]:.3f}" for n in ns) + " |")
     s = metrics["samples"]
     lines += ["", f"Samples: {s['total']} ({s['answered']} with an answer, {s['right']} right, {s['blank']} blank). "
               f"Asked now: {metrics['asked']['samples']} samples, {metrics['asked']['continuations']} continuations, "
@@ -506,8 +528,9 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
             scores.score(to_score)
         for row in samples.values():
             for s in row:
-                s["score"] = scores.of(s["chain"])[0] if s["chain"] and s["chain"]["chain_id"] in scores.records \
-                    else None
+                known = s["chain"] is not None and s["chain"]["chain_id"] in scores.records
+                s["scores"] = {a: scores.of(s["chain"], a)[0] if known else None for a in AGGREGATES}
+                s["score"] = s["scores"][settings.aggregate]
         runs, searched = [], {"asked": 0, "cached": 0, "steps": 0}
         if steps_wanted:
             expansions = JsonlLog(os.path.join(folder, "continuations.jsonl"), "key")
@@ -526,6 +549,7 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
                "settings": {**asdict(settings), "methods": list(settings.methods), **common.sampling(model),
                             "template": loaded.name, "template_hash": loaded.hash},
                "methods": metrics_of(shown, rows, samples, runs, settings),
+               "by_aggregate": by_aggregate(shown, rows, samples, settings),
                "samples": {"total": len(flat), "answered": sum(s["answer"] is not None for s in flat),
                            "right": sum(s["correct"] for s in flat), "blank": sum(s["chain"] is None for s in flat)},
                "asked": {"samples": sampled["asked"], "continuations": searched["asked"], "critic": scores.asked},

@@ -63,9 +63,15 @@ class ColourCritic(Judge):
     kind = "py"
     batch_size = 1  # a kill loses no scored chain
 
-    def __init__(self, spec, red=0.9, blue=0.2, green=0.3, **options):
-        super().__init__(spec, red=red, blue=blue, green=green, **options)
+    def __init__(self, spec, red=0.9, blue=0.2, green=0.3, answer_step=None, **options):
+        super().__init__(spec, red=red, blue=blue, green=green, answer_step=answer_step, **options)
         self.score = {"red": float(red), "blue": float(blue), "green": float(green), None: 0.8}
+        self.answer_step = answer_step  # the score of every "So the answer is ..." step, whatever its colour
+
+    def step_score(self, text: str) -> float:
+        if self.answer_step is not None and text.startswith("So the answer"):
+            return float(self.answer_step)
+        return self.score[colour(text)]
 
     def judge_batch(self, chains):
         out = []
@@ -75,7 +81,7 @@ class ColourCritic(Judge):
             assert chain.get("reference_answer") is None and chain.get("answer_correct") is None
             texts = [s["text"] for s in chain["steps"]]
             SCORED.append(texts)
-            p = [1 - self.score[colour(t)] for t in texts]
+            p = [1 - self.step_score(t) for t in texts]
             out.append(Critique(chain["chain_id"], verdicts=[x < 0.5 for x in p], p_incorrect=p))
         return out
 

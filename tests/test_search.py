@@ -98,9 +98,16 @@ def test_samples_without_an_answer_abstain_from_votes_and_are_wrong(questions, t
 
 def test_the_aggregate_decides_the_chain_score(questions, tmp_path):
     out = str(tmp_path / "out")
-    # `last` reads the final step only: "So the answer is ..." scores as its colour, so red still wins
-    assert run(questions, out, "--aggregate", "last") == 0
-    assert accuracy(out)["best-of-n"][4] == 1.0
+    # every answer step scores 0.95: `last` sees only it (all samples tie: a random pick), `min` the colour step
+    assert run(questions, out, "--aggregate", "last", critic=f"{CRITIC},answer_step=0.95") == 0
+    assert accuracy(out)["best-of-n"] == {1: 0.25, 2: 0.25, 4: 0.25}
+    by = json.load(open(f"{out}/metrics.json"))["by_aggregate"]
+    assert set(by) == set(AGGREGATES) and by["last"]["best-of-n"] == {"1": 0.25, "2": 0.25, "4": 0.25}
+    assert by["min"]["best-of-n"] == by["prod"]["best-of-n"] == {"1": 0.25, "2": 0.5, "4": 1.0}
+    # weighted under `mean`: blue's two samples at (0.2 + 0.95) / 2 sum to 1.15, red's one is 0.925; under `min`
+    # blue sums to 0.4
+    assert by["mean"]["weighted"]["4"] == 0.0 and by["min"]["weighted"]["4"] == 1.0
+    assert "| min | best-of-n | 0.250 | 0.500 | 1.000 |" in open(f"{out}/report.md").read()
     assert search.AGGREGATES == search_cli.AGGREGATES and set(AGGREGATES) == set(search.AGGREGATES)
     assert search.METHODS == search_cli.METHODS
 
