@@ -22,8 +22,8 @@ when that step states an answer, and leaves the beam. After `max_steps` steps th
 The pick is the finished chain with the highest score. A continuation's cache key holds the prefix, its tree, slot
 and number, so two budgets that reach the same prefix share its continuations.
 
-Compute is reported beside accuracy as the words the policy wrote per question (every reply, kept or not): the
-backends return text, not token counts.
+Compute is reported beside accuracy as what the policy wrote per question (every reply, kept or not): tokens by the
+policy's own tokenizer where it is a local model folder (the backends return text, not token counts), and words.
 
 Neither the gold answer nor a label reaches a pick: the critic sees the question, the images, the steps and the
 stated answer; the gold answer only scores the pick.
@@ -85,6 +85,23 @@ def words(text: str) -> int:
     return len((text or "").split())
 
 
+def token_counter(spec: str):
+    """How many tokens a reply of a local policy (`hf:` or `vllm:` of a model folder) is, by its own tokenizer; None
+    for a policy behind an API or a folder without a tokenizer (the words then stand for compute alone)."""
+    from stepcritic.eval.judges.registry import parse_spec
+
+    parsed = parse_spec(spec)
+    if parsed.kind not in ("hf", "vllm") or not parsed.target or not os.path.isdir(parsed.target):
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(parsed.target)
+    except Exception:  # whatever transformers raises for a folder it cannot read a tokenizer from
+        return None
+    return lambda text: len(tokenizer(text or "", add_special_tokens=False)["input_ids"])
+
+
 # ----------------------------------------------------------------------------- picks on one set of samples
 
 def weighted_accuracy(answers_: list, scores: list, correct: list) -> float:
@@ -116,12 +133,14 @@ def subset_accuracy(samples: list[dict]) -> dict:
 
 
 def sampled_values(group_id: str, samples: list[dict], n: int, max_subsets: int, seed: int) -> dict:
-    """Per sampled method, (accuracy, words written) at N = n for one question, averaged over its N-subsets."""
+    """Per sampled method, (accuracy, {"words", "tokens"} written) at N = n for one question, averaged over its
+    N-subsets."""
     from stepcritic.eval.best_of_n import subsets
 
     drawn = subsets(len(samples), n, group_id, max_subsets, seed)
     per = [subset_accuracy([samples[i] for i in idx]) for idx in drawn]
-    spent = statistics.fmean(sum(samples[i]["words"] for i in idx) for idx in drawn)
+    spent = {unit: statistics.fmean(sum(samples[i][unit] or 0 for i in idx) for idx in drawn)
+             for unit in ("words", "tokens")}
     return {m: (statistics.fmean(p[m] for p in per), spent) for m in SAMPLED}
 
 
@@ -234,6 +253,7 @@ class Run:
     row: int
     trees: list
     words: int = 0
+    tokens: int = 0
 
 
 def shape(method: str, budget: int, settings: SearchSettings) -> tuple[int, int, int]:
@@ -258,7 +278,7 @@ def next_step(prefix: tuple, text: str) -> tuple[tuple | None, str | None, bool]
 
 
 def tree_search(model, fingerprint: str, template, shown: dict, rows: list, settings: SearchSettings, log,
-                scores: Scores, progress: bool) -> tuple[list[Run], dict]:
+                scores: Scores, count_tokens, progress: bool) -> tuple[list[Run], dict]:
     """Every beam and DVTS run of every question at every budget, a step at a time, all of them together."""
     from stepcritic.eval.asking import ask, content_key
     from stepcritic.eval.errors import EvalError, FailedRequests
@@ -306,6 +326,7 @@ def tree_search(model, fingerprint: str, template, shown: dict, rows: list, sett
         grown = defaultdict(list)  # (run, tree): its new chains, in the order asked
         for r, t, prefix, key in wanted:
             runs[r].words += words(texts[key])
+            runs[r].tokens += count_tokens(texts[key]) if count_tokens else 0
             steps, answer, done = next_step(prefix, texts[key])
             if steps is not None:
                 grown[r, t].append((steps, answer, done))
@@ -349,16 +370,19 @@ def run_accuracy(run: Run, question: dict) -> float:
 
 # ----------------------------------------------------------------------------- metrics
 
-def curve_point(bootstrap, groups: list[str], values: list[float], spent: list[float]) -> dict:
-    """Accuracy over questions with its bootstrap interval (eval's: questions resampled), and words per question."""
+def curve_point(bootstrap, groups: list[str], values: list[float], spent: list[dict], tokens: bool) -> dict:
+    """Accuracy over questions with its bootstrap interval (eval's: questions resampled), and the words and tokens
+    written per question (tokens None without the policy's tokenizer)."""
     from stepcritic.eval.bootstrap import interval
 
     return {"accuracy": round(statistics.fmean(values), 6),
             "interval": interval(bootstrap.sums(groups, values) / len(groups)),
-            "words_per_question": round(statistics.fmean(spent), 2)}
+            "words_per_question": round(statistics.fmean(s["words"] for s in spent), 2),
+            "tokens_per_question": round(statistics.fmean(s["tokens"] for s in spent), 2) if tokens else None}
 
 
-def metrics_of(shown: dict, rows: list, samples: dict, runs: list[Run], settings: SearchSettings) -> dict:
+def metrics_of(shown: dict, rows: list, samples: dict, runs: list[Run], settings: SearchSettings,
+               tokens: bool) -> dict:
     from stepcritic.eval.bootstrap import GroupBootstrap
 
     groups = [shown[row]["group_id"] for row in rows]
@@ -374,8 +398,8 @@ def metrics_of(shown: dict, rows: list, samples: dict, runs: list[Run], settings
             else:
                 by_row = {run.row: run for run in runs if run.method == method and run.budget == n}
                 values = [run_accuracy(by_row[row], shown[row]) for row in rows]
-                spent = [by_row[row].words for row in rows]
-            methods[method][str(n)] = curve_point(bootstrap, groups, values, spent)
+                spent = [{"words": by_row[row].words, "tokens": by_row[row].tokens} for row in rows]
+            methods[method][str(n)] = curve_point(bootstrap, groups, values, spent, tokens)
     return methods
 
 
@@ -413,10 +437,12 @@ def write_report(metrics: dict, path: str, plotted: bool) -> None:
             low_high = f" [{point['interval'][0]:.2f}, {point['interval'][1]:.2f}]" if point["interval"] else ""
             cells.append(f"{point['accuracy']:.3f}{low_high}")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    lines += ["", "## Words written by the policy per question", "",
+    first = next(iter(metrics["methods"].values()))
+    unit = "tokens" if first[ns[0]]["tokens_per_question"] is not None else "words"
+    lines += ["", f"## {unit.capitalize()} written by the policy per question (compute)", "",
               "| method | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
     for method, curve in metrics["methods"].items():
-        lines.append(f"| {method} | " + " | ".join(f"{curve[n]['words_per_question']:g}" for n in ns) + " |")
+        lines.append(f"| {method} | " + " | ".join(f"{curve[n][f'{unit}_per_question']:g}" for n in ns) + " |")
     if metrics["by_aggregate"]:
         lines += ["", "## Picks by every aggregate of the step scores (the same critiques)", "",
                   "| aggregate | method | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
@@ -491,6 +517,7 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
             raise EvalError(f"--critic {critic_spec!r} scores whole chains only; --method beam and dvts need step "
                             "scores of partial chains (a prm:, step-check:, hf: or py: critic)")
         model = common.generative_model(policy, temperature, max_new_tokens, "--policy", continues=steps_wanted)
+        count_tokens = token_counter(policy)
     except BaseException:
         critic.close()
         raise
@@ -522,7 +549,7 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
                 chain = critic_chain(shown[i], steps, answer) if steps else None
                 samples[i].append({"answer": None if answer is None else answers.normalize_answer(answer),
                                    "correct": answers.reaches_gold(shown[i], answer), "words": words(text),
-                                   "chain": chain})
+                                   "tokens": count_tokens(text) if count_tokens else None, "chain": chain})
                 to_score += [chain] if chain else []
         if any(m in ("best-of-n", "weighted") for m in settings.methods):
             scores.score(to_score)
@@ -535,7 +562,7 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
         if steps_wanted:
             expansions = JsonlLog(os.path.join(folder, "continuations.jsonl"), "key")
             runs, searched = tree_search(model, fingerprint, loaded, shown, rows, settings, expansions, scores,
-                                         progress)
+                                         count_tokens, progress)
         critic_fingerprint = critic.fingerprint()
     finally:
         model.close()
@@ -548,7 +575,7 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
                "questions": len(rows), "n": settings.n, "aggregate": settings.aggregate, "ns": budgets(settings.n),
                "settings": {**asdict(settings), "methods": list(settings.methods), **common.sampling(model),
                             "template": loaded.name, "template_hash": loaded.hash},
-               "methods": metrics_of(shown, rows, samples, runs, settings),
+               "methods": metrics_of(shown, rows, samples, runs, settings, tokens=count_tokens is not None),
                "by_aggregate": by_aggregate(shown, rows, samples, settings),
                "samples": {"total": len(flat), "answered": sum(s["answer"] is not None for s in flat),
                            "right": sum(s["correct"] for s in flat), "blank": sum(s["chain"] is None for s in flat)},

@@ -66,6 +66,7 @@ def test_every_sampled_method_picks_as_computed_by_hand(questions, tmp_path, cap
     assert metrics["asked"] == {"samples": 12, "continuations": 0, "critic": 9}  # 3 distinct chains a question
     point = metrics["methods"]["weighted"]["4"]
     assert point["interval"] == [1.0, 1.0] and point["words_per_question"] == 36.0  # 4 samples of 9 words
+    assert point["tokens_per_question"] is None  # a policy with no tokenizer of its own
     assert metrics["methods"]["majority"]["2"]["words_per_question"] == 18.0
     report = open(f"{out}/report.md").read()
     assert "| weighted | 0.250 [0.25, 0.25] | 0.500 [0.50, 0.50] | 1.000 [1.00, 1.00] |" in report
@@ -222,3 +223,8 @@ def test_the_tiny_model_as_policy(questions, tmp_path, capsys):
     metrics = json.load(open(f"{out}/metrics.json"))
     assert metrics["asked"]["samples"] == 2 and set(metrics["methods"]) == {"majority", "best-of-n", "beam"}
     assert all(0 <= p["accuracy"] <= 1 for curve in metrics["methods"].values() for p in curve.values())
+    # compute in the policy's own tokens: a sample is at most --max-new-tokens, N=2 two of them (its text tokenized
+    # again: a token or two more than generated, where decoding dropped or merged some)
+    assert 2 <= metrics["methods"]["majority"]["2"]["tokens_per_question"] <= 2 * 12 * 1.5
+    assert metrics["methods"]["beam"]["2"]["tokens_per_question"] > 0
+    assert "Tokens written by the policy" in open(f"{out}/report.md").read()
