@@ -89,11 +89,17 @@ def sampling(model) -> dict:
     return {"temperature": getattr(model, "temperature", None), "max_new_tokens": getattr(model, "max_tokens", None)}
 
 
-def seed_everything(seed: int) -> None:
+def seed_everything(seed: int, asked=()) -> None:
     """Seed the samplers a local model draws from (a resumed run's new samples differ from the ones a run without the
-    kill would have drawn; what was saved stays as it was)."""
+    kill would have drawn; what was saved stays as it was). `asked`: the keys of the answers about to be drawn, mixed
+    into the seed, so that a run asking for other answers than an earlier one (more rollouts or samples added to a
+    finished folder, a resumed run) does not draw the earlier one's random numbers again, which would repeat its
+    answers under new keys."""
+    import hashlib
     import random
 
+    if asked:
+        seed = int(hashlib.sha256(repr((seed, sorted(asked))).encode()).hexdigest()[:15], 16)
     random.seed(seed)
     try:
         import torch

@@ -91,7 +91,6 @@ def generate(chains_path: str, policy: str, out_dir: str, samples: int, temperat
     model = common.generative_model(policy, temperature, max_new_tokens, "--policy")
     try:
         fingerprint = model.fingerprint()
-        common.seed_everything(seed)
         keys = {(i, k): sample_key(fingerprint, loaded, shown[i], k, seed) for i in rows for k in range(samples)}
 
         def make(i):
@@ -100,6 +99,8 @@ def generate(chains_path: str, policy: str, out_dir: str, samples: int, temperat
 
         jobs = [(keys[i, k], make(i)) for i in rows for k in range(samples)]
         log = JsonlLog(os.path.join(common.cache_dir(out_dir, model.cache_name, fingerprint), "samples.jsonl"), "key")
+        saved = log.load()
+        common.seed_everything(seed, [key for key, _ in jobs if key not in saved])
         asked = ask(model, jobs, log, "samples", progress=progress)
     finally:
         model.close()

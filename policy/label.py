@@ -309,7 +309,6 @@ def label(chains_path: str, completer: str, out_dir: str, settings: LabelSetting
     totals = {"asked": 0, "cached": 0, "rounds": 0}
     try:
         fingerprint = model.fingerprint()
-        common.seed_everything(settings.seed)
         log = JsonlLog(os.path.join(common.cache_dir(out_dir, model.cache_name, fingerprint), "rollouts.jsonl"),
                        "key")
         n = settings.rollouts
@@ -325,6 +324,8 @@ def label(chains_path: str, completer: str, out_dir: str, settings: LabelSetting
                 jobs += [(key, lambda c=cid, e=end: rollout_prompt(seen[c], e, loaded)) for key in keys[cid, end]]
             if not jobs:
                 continue
+            saved = log.load()
+            common.seed_everything(settings.seed, [key for key, _ in jobs if key not in saved])
             asked = ask(model, jobs, log, f"rollouts (round {totals['rounds']})", progress=progress)
             if asked["failed"]:
                 raise FailedRequests(f"{asked['failed']} rollouts got no answer (the others are saved); run the same "

@@ -53,3 +53,13 @@ class HalfTheTime(_Counting):
         prefix = prompt.messages[-1]["content"][0]["text"]
         same = sum(_text(p) == _text(prompt) for p in ASKED)
         return "So the answer is red." if "wrong" not in prefix and same % 2 == 0 else "So the answer is blue."
+
+
+class Draws(_Counting):
+    """Writes a number drawn from torch's generator, as a local model's sampling draws: two replies are the same only
+    when the same random numbers were drawn for them."""
+
+    def reply(self, prompt) -> str:
+        import torch
+
+        return f"The draw is {torch.rand(1).item():.9f}.\nSo the answer is red."

@@ -110,3 +110,15 @@ def test_the_tiny_model_as_policy(questions, tmp_path, capsys):
     assert "questions=3, samples=6" in capsys.readouterr().out
     stats = json.load(open(f"{out}/stats.json"))
     assert stats["parsed"] + stats["unparsed"] == 6 and stats["sampling"]["max_new_tokens"] == 12
+
+
+def test_more_samples_added_later_are_new_draws(questions, tmp_path):
+    """--samples raised on a finished folder asks only the new samples, drawn afresh: not the first run's random
+    numbers again, which would repeat its samples under new keys."""
+    out = tmp_path / "more"
+    argv = ["--policy", "py:policy_fakes.Draws", "--chains", questions, "--out", str(out)]
+    assert run(*argv, "--samples", "1") == 0
+    assert run(*argv, "--samples", "3", "--overwrite") == 0
+    texts = [c["meta"]["text"] if isinstance(c["meta"], dict) else json.loads(c["meta"])["text"]
+             for c in schema.load_chains(str(out), decode_images=False)]
+    assert len(texts) == 3 * 3 and len(set(texts)) == len(texts)

@@ -194,3 +194,14 @@ def test_the_tiny_model_as_completer(chains_dir, tmp_path):
     stats = json.load(open(out / "stats.json"))
     assert stats["rollouts"]["total"] == 6 and stats["settings"]["max_new_tokens"] == 6
     assert all(s["soft_label"] is not None for c in labelled(out).values() for s in c["steps"])
+
+
+def test_more_rollouts_added_later_are_new_draws(chains_dir, tmp_path):
+    """--rollouts raised on a finished folder asks only the new continuations, and they are drawn afresh, not the
+    random numbers the first run drew again (which would repeat its continuations under new keys)."""
+    out = tmp_path / "more"
+    assert label(chains_dir, out, "--rollouts", "1", completer="py:policy_fakes.Draws") == 0
+    assert label(chains_dir, out, "--rollouts", "3", "--overwrite", completer="py:policy_fakes.Draws") == 0
+    saved = [line for path in out.glob("cache/**/rollouts.jsonl") for line in path.read_text().splitlines()]
+    texts = [json.loads(line)["text"] for line in saved]
+    assert len(texts) == 5 * 3 and len(set(texts)) == len(texts)
