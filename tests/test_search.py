@@ -207,6 +207,12 @@ def test_help_is_fast_and_loads_no_heavy_library():
             "print(sorted(m for m in ('datasets', 'numpy', 'torch', 'matplotlib') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert loaded.stdout.strip() == "[]"
+    # the command module imports the standard library only, as every command module does (test_layering)
+    code = ("import sys, json; before = set(sys.modules); import stepcritic.policy.search_cli; "
+            "print(json.dumps(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+            "- set(sys.stdlib_module_names) - {'stepcritic'})))")
+    assert json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                                     check=True).stdout) == []
     result = subprocess.run([sys.executable, "-m", "stepcritic", "search", "--help"], capture_output=True, text=True,
                             cwd=REPO, timeout=20)
     assert result.returncode == 0 and "--beam-width" in result.stdout and "dvts" in result.stdout
