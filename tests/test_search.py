@@ -136,14 +136,18 @@ def test_a_killed_search_asks_again_only_for_what_was_not_saved(questions, tmp_p
     search_fakes.ASKED.clear()
     search_fakes.SCORED.clear()
 
-    out = str(tmp_path / "out")
-    search_fakes.STOP_AFTER["policy"] = 6  # killed at a batch's first prompt: 3 batches of 2 samples saved
-    assert run(questions, out, "--expansions", "2", methods=["weighted", "beam"]) == 130
-    assert os.listdir(out) == ["cache"]
-    search_fakes.STOP_AFTER.clear()
-    assert run(questions, out, "--expansions", "2", methods=["weighted", "beam"]) == 0
-    assert len(search_fakes.ASKED) == asked_once  # 6 before the kill, the rest after: none twice
-    assert accuracy(out) == accuracy(full)
+    # killed at a batch's first prompt: while sampling (3 batches of 2 samples saved), then while beam search asks
+    # for its first steps (the 12 samples and 2 continuations saved)
+    for kill in (6, 14):
+        out = str(tmp_path / f"out-{kill}")
+        search_fakes.ASKED.clear()
+        search_fakes.STOP_AFTER["policy"] = kill
+        assert run(questions, out, "--expansions", "2", methods=["weighted", "beam"]) == 130
+        assert os.listdir(out) == ["cache"] and len(search_fakes.ASKED) == kill
+        search_fakes.STOP_AFTER.clear()
+        assert run(questions, out, "--expansions", "2", methods=["weighted", "beam"]) == 0
+        assert len(search_fakes.ASKED) == asked_once  # before the kill and after: none twice
+        assert accuracy(out) == accuracy(full)
 
     # killed while the critic scores: what it scored is saved, the policy is asked nothing again
     out2 = str(tmp_path / "out2")
