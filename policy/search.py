@@ -315,6 +315,9 @@ def tree_search(model, fingerprint: str, template, shown: dict, rows: list, sett
         if not jobs:
             break
         totals["steps"] += 1
+        saved = log.load()
+        # each step's draws seeded by what it asks: a resumed or longer search draws new numbers for new keys
+        common.seed_everything(settings.seed, [key for key, _ in jobs if key not in saved])
         asked = ask(model, jobs, log, f"search step {step + 1}", progress=progress)
         if asked["failed"]:
             raise FailedRequests(f"{asked['failed']} continuations got no answer (the others are saved); run the "
@@ -524,7 +527,6 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
     scores = Scores(critic, out_dir, settings.aggregate, progress)
     try:
         fingerprint = model.fingerprint()
-        common.seed_everything(settings.seed)
         folder = common.cache_dir(out_dir, model.cache_name, fingerprint)
         keys = {(i, k): sample_key(fingerprint, loaded, shown[i], k, settings.seed)
                 for i in rows for k in range(settings.n)}
@@ -534,6 +536,8 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
 
         jobs = [(keys[i, k], make(i)) for i in rows for k in range(settings.n)]
         log = JsonlLog(os.path.join(folder, "samples.jsonl"), "key")
+        saved = log.load()
+        common.seed_everything(settings.seed, [key for key, _ in jobs if key not in saved])  # as generate seeds
         sampled = ask(model, jobs, log, "samples", progress=progress)
         if sampled["failed"]:
             raise FailedRequests(f"{sampled['failed']} of {len(jobs)} samples got no answer (the others are saved); "
