@@ -496,6 +496,7 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
     """Sample, score and search (see the module docstring); writes `metrics.json`, `report.md` and the plot to
     `out_dir` and returns the metrics."""
     from stepcritic.eval.asking import ask
+    from stepcritic.eval.bootstrap import settings as interval_settings
     from stepcritic.eval.cache import JsonlLog
     from stepcritic.eval.errors import EvalError, FailedRequests
     from stepcritic.eval.judges.prompting import chain_prompt
@@ -586,8 +587,6 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
                "asked": {"samples": sampled["asked"], "continuations": searched["asked"], "critic": scores.asked},
                "cached": {"samples": sampled["cached"], "continuations": searched["cached"], "critic": scores.cached},
                "search_steps": searched["steps"]}
-    from stepcritic.eval.bootstrap import settings as interval_settings
-
     metrics["intervals"] = interval_settings()
     metrics["wall_seconds"] = clock.seconds()
 
