@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import warnings
 
 from stepcritic.rewards.core import AGGREGATES
 
@@ -118,7 +119,13 @@ def main(args: argparse.Namespace):
         per_device_train_batch_size=args.questions_per_step * args.num_generations,
         num_generations=args.num_generations, max_completion_length=args.max_completion_length,
         temperature=1.0, beta=0.0, use_cpu=True, bf16=False, logging_steps=1, save_strategy="no",
-        report_to="none", dataloader_num_workers=0)
+        report_to="none", dataloader_num_workers=0,
+        # named as transformers 5 names it (GRPOConfig's default sets the deprecated `gradient_checkpointing`); off:
+        # at this size recomputing activations only costs time
+        activation_checkpointing=False)
+    # TRL 1.16 reads `model.is_gradient_checkpointing` before each generation, a name transformers 5 deprecated: the
+    # warning is about TRL's code, not this script's, so only that one is hidden
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     trainer = GRPOTrainer(model=model, reward_funcs=[critic, length_reward], args=config,
                           train_dataset=dataset(with_images=reads_images), processing_class=processing_class)
     trainer.train()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
 # the base an adapter names when it was trained on the SmolLM2 tiny critic (`train/tiny/shipped_smol.py`)
@@ -80,15 +81,34 @@ def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, re
     base = adapter_base(path)
     text_only = reads_text_only(base or path, revision)
     auto = AutoModelForCausalLM if text_only else AutoModelForImageTextToText
-    model = auto.from_pretrained(base or path, dtype=dtype, revision=revision, **init_kwargs)
+    with quiet_bars(os.path.isdir(base or path)):
+        model = auto.from_pretrained(base or path, dtype=dtype, revision=revision, **init_kwargs)
     if base is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, path, is_trainable=trainable)
+        with quiet_bars(os.path.isdir(base)):
+            model = PeftModel.from_pretrained(model, path, is_trainable=trainable)
         if merged:
             model = model.merge_and_unload()
     source = path if base is None or has_processor(path) else base
     return model, load_processor(source, revision, text_only)
+
+
+@contextmanager
+def quiet_bars(local: bool):
+    """Without transformers' progress bars while a local folder loads: its weights load in seconds and the bar is noise
+    on every judge's load. A Hub name keeps them, since its files may download for minutes (the same switch silences
+    the download bars)."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    if local and shown:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if local and shown:
+            hf_logging.enable_progress_bar()
 
 
 def load_processor(source: str, revision: str | None = None, text_only: bool | None = None):
@@ -100,5 +120,21 @@ def load_processor(source: str, revision: str | None = None, text_only: bool | N
     if text_only is None:
         text_only = reads_text_only(source, revision)
     if text_only:
-        return modality.TextProcessor(AutoTokenizer.from_pretrained(source, revision=revision), name=source)
-    return AutoProcessor.from_pretrained(source, revision=revision)
+        return modality.TextProcessor(untruncated(AutoTokenizer.from_pretrained(source, revision=revision)),
+                                      name=source)
+    processor = AutoProcessor.from_pretrained(source, revision=revision)
+    untruncated(getattr(processor, "tokenizer", None))
+    return processor
+
+
+def untruncated(tokenizer):
+    """The tokenizer without the truncation a trainer saved in it (`tokenizer.json`: the recipe's `max_length`). A
+    processor passes that length to every call: with padding it is ignored, with a warning each time; without, it
+    cuts the text silently. Training sets its own; a scorer or judge cuts nothing (it counts its judgement slots)."""
+    if tokenizer is None:
+        return None
+    backend = getattr(tokenizer, "_tokenizer", None)  # a fast tokenizer's Rust side; slow ones save no truncation
+    if backend is not None and backend.truncation is not None:
+        backend.no_truncation()
+    tokenizer.init_kwargs.pop("max_length", None)  # what the processor hands on to each call
+    return tokenizer
