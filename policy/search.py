@@ -473,7 +473,8 @@ def plot(metrics: dict, path: str) -> None:
     ns = metrics["ns"]
     for method, curve in metrics["methods"].items():
         ys = [curve[str(n)]["accuracy"] for n in ns]
-        line, = ax.plot(ns, ys, marker="o", label=method)
+        style = {"oracle": "--", "random": ":", "majority": ":"}.get(method, "-")  # the references apart
+        line, = ax.plot(ns, ys, marker="o", linestyle=style, label=method)
         spans = [curve[str(n)]["interval"] for n in ns]
         if all(spans):
             ax.fill_between(ns, [s[0] for s in spans], [s[1] for s in spans], color=line.get_color(), alpha=0.12)
@@ -481,7 +482,7 @@ def plot(metrics: dict, path: str) -> None:
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlabel("N (samples, or continuations per step)")
     ax.set_ylabel("answer accuracy")
-    ax.set_ylim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
