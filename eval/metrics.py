@@ -387,19 +387,25 @@ def verifier_average(accuracies: list) -> float | None:
 
 def calibration(gold_incorrect: list[bool], p_incorrect: list[float], n_bins: int = 10) -> dict:
     """Reliability curve and Brier score of a judge's step probabilities P(incorrect) against the gold
-    labels (True = the step is incorrect), scikit-learn's uniform-bin `calibration_curve` and `brier_score_loss`.
-    Everything is None (empty curves) when there is no probability or the steps are all of one class."""
+    labels (True = the step is incorrect). Everything is None (empty curves) when there is no probability
+    or the steps are all of one class."""
     import numpy as np
 
     y, p = np.asarray(gold_incorrect, dtype=bool), np.asarray(p_incorrect, dtype=float)
     if y.all() or not y.any():
         return {"mean_predicted": [], "fraction_incorrect": [], "brier": None, "n": len(y)}
-    from sklearn.calibration import calibration_curve
-    from sklearn.metrics import brier_score_loss
-
-    frac_incorrect, mean_p = calibration_curve(y, p, n_bins=n_bins)
+    if p.min() < 0 or p.max() > 1:
+        raise ValueError("y_prob has values outside [0, 1].")
+    # sklearn's calibration_curve and brier_score_loss step by step: importing sklearn costs 100k chains the 1 GB target
+    bins = np.searchsorted(np.linspace(0.0, 1.0, n_bins + 1)[1:-1], p)
+    total = np.bincount(bins, minlength=n_bins)
+    nonzero = total != 0
+    frac_incorrect = np.bincount(bins, weights=y, minlength=n_bins)[nonzero] / total[nonzero]
+    mean_p = np.bincount(bins, weights=p, minlength=n_bins)[nonzero] / total[nonzero]
+    label = y.astype(float)
+    brier = np.mean((1 - label - (1 - p)) ** 2 + (label - p) ** 2) * 0.5
     return {"mean_predicted": mean_p.tolist(), "fraction_incorrect": frac_incorrect.tolist(),
-            "brier": float(brier_score_loss(y, p)), "n": len(y)}
+            "brier": float(brier), "n": len(y)}
 
 
 def _paired(a, b):
@@ -422,7 +428,7 @@ def _finite_or_none(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
 
-def somers_d(human: list[float | None], judge: list[float | None]) -> dict:
+def somers_d(human: list[float | None], judge: list[float | None], pvalue: bool = True) -> dict:
     """Somers' D(judge | human), MiCEval's correlation with human scores (Sec. 6.2, App. D.1).
 
     Asymmetric: human scores are the independent variable, so pairs tied on the human score do not
@@ -430,13 +436,14 @@ def somers_d(human: list[float | None], judge: list[float | None]) -> dict:
     side is None are skipped. Returns d, pvalue, n: d is None when fewer than two pairs or constant human
     scores; a constant judge (scores, but all equal) has D = 0, no association, which is defined.
     MiCEval computes it per step (split into description and reasoning steps, App. D.3) and per MCoT
-    against its human good/bad label.
+    against its human good/bad label. With `pvalue` False (all `stepcritic eval` reports) the dict has no
+    pvalue: the statistic is counted with numpy alone (`rank_stats`), the same number, without loading scipy.stats.
     """
     import numpy as np
 
     x, y = _paired(human, judge)
     if len(x) < 2 or _n_distinct(x) < 2:
-        return {"d": None, "pvalue": None, "n": len(x)}
+        return {"d": None, "pvalue": None, "n": len(x)} if pvalue else {"d": None, "n": len(x)}
     # D(y|x) = (concordant - discordant) / pairs untied on x = tau_b * sqrt(untied_y / untied_x).
     # scipy.stats.somersd builds a contingency table that grows with the square of the number of distinct
     # scores (31 s for 4,000 continuous judge scores); Kendall's tau-b is O(n log n) and gives the same
@@ -445,7 +452,11 @@ def somers_d(human: list[float | None], judge: list[float | None]) -> dict:
     ties = lambda v: float(sum(c * (c - 1) / 2 for c in np.unique(v, return_counts=True)[1].tolist()))  # noqa: E731
     untied_x, untied_y = n0 - ties(x), n0 - ties(y)
     if untied_y == 0:
-        return {"d": 0.0, "pvalue": None, "n": len(x)}
+        return {"d": 0.0, "pvalue": None, "n": len(x)} if pvalue else {"d": 0.0, "n": len(x)}
+    if not pvalue:  # importing scipy.stats (+58 MiB) takes the 100,000-chain eval past its 1 GB peak-RSS target
+        from stepcritic.eval.rank_stats import kendall_tau_b
+
+        return {"d": _finite_or_none(kendall_tau_b(x, y) * math.sqrt(untied_y / untied_x)), "n": len(x)}
     from scipy.stats import kendalltau
 
     result = kendalltau(x, y)
@@ -453,11 +464,16 @@ def somers_d(human: list[float | None], judge: list[float | None]) -> dict:
     return {"d": _finite_or_none(d), "pvalue": _finite_or_none(result.pvalue), "n": len(x)}
 
 
-def spearman(human: list[float | None], judge: list[float | None]) -> dict:
-    """Spearman's rank correlation between human and judge scores (None pairs skipped): rho, pvalue, n."""
+def spearman(human: list[float | None], judge: list[float | None], pvalue: bool = True) -> dict:
+    """Spearman's rank correlation between human and judge scores (None pairs skipped): rho, pvalue, n. With
+    `pvalue` False, rho and n alone, counted with numpy (`rank_stats`), as `somers_d`."""
     x, y = _paired(human, judge)
     if len(x) < 2 or _n_distinct(x) < 2 or _n_distinct(y) < 2:
-        return {"rho": None, "pvalue": None, "n": len(x)}
+        return {"rho": None, "pvalue": None, "n": len(x)} if pvalue else {"rho": None, "n": len(x)}
+    if not pvalue:
+        from stepcritic.eval.rank_stats import spearman_rho
+
+        return {"rho": _finite_or_none(spearman_rho(x, y)), "n": len(x)}
     from scipy.stats import spearmanr
 
     result = spearmanr(x, y)

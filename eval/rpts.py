@@ -151,7 +151,7 @@ def section(gold: list[dict], preds: list[dict], settings: Settings | None = Non
              "textual": trees.score(steps, s.lam, s.h_f, trees.textual)}
     # the judge's filter against the gold one, on the right answers: the only ones the filter can remove
     both = (answers == 1) & ~np.isnan(judge) & ~np.isnan(human)
-    somers = M.somers_d(human, judge)
+    somers = M.somers_d(human, judge, pvalue=False)
     gold_filter = M.rpts_filter(answers, human, s.threshold)
     sources = trees.source
     agree = int(((judge[both] < s.threshold) == (human[both] < s.threshold)).sum())

@@ -179,8 +179,8 @@ def section(gold: list[dict], answers: dict | None) -> dict:
     out["invalid_rate"] = M.output_invalid_rate([(n_outputs, n_invalid)])
     human = [None if c["chain_correct"] is None else float(c["chain_correct"]) for c in gold]
     judge = chain_scores(gold, answers) if out["answers"] else [None] * len(gold)
-    somers = M.somers_d(human, judge)
-    out["miceval_chain"] = {"d": somers["d"], "rho": M.spearman(human, judge)["rho"], "n": somers["n"]}
+    somers = M.somers_d(human, judge, pvalue=False)
+    out["miceval_chain"] = {"d": somers["d"], "rho": M.spearman(human, judge, pvalue=False)["rho"], "n": somers["n"]}
     return out
 
 

@@ -1,5 +1,5 @@
-"""The metrics computed over arrays (`eval/columns.py`, numpy in `eval/metrics.py`, `bootstrap`, `best_of_n`, `rpts`)
-against straightforward implementations, on random data with unknown labels, missing scores and
+"""The metrics computed over arrays (`eval/columns.py`, numpy in `eval/metrics.py`, `bootstrap`, `best_of_n`, `rpts`,
+`rank_stats`) against straightforward implementations, on random data with unknown labels, missing scores and
 breakdowns: every number the same to 1e-9."""
 
 import math
@@ -109,6 +109,19 @@ def test_flag_metrics_match_the_reference(seed):
     got = M.explanation_match_f1(gold, pred, match)
     assert (got["n"], got["fp"] + got["tp"], got["fn"] + got["tp"]) == pytest.approx((n_counted, flagged, incorrect))
     assert got["tp"] == tp  # the exact sum, rounded once
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_correlations_without_scipy_equal_scipys(seed):
+    rng = random.Random(seed)
+    n = rng.choice([2, 3, 40, 500])
+    human = [None if rng.random() < 0.1 else rng.choice([0.0, 0.5, 1.0]) for _ in range(n)]
+    judge = [None if rng.random() < 0.1 else round(rng.random(), rng.choice([0, 1, 2, 6])) for _ in range(n)]
+    for x, y in ((human, judge), (judge, human), (judge, judge[::-1])):
+        with_p, without = M.somers_d(x, y), M.somers_d(x, y, pvalue=False)
+        assert without == {"d": with_p["d"], "n": with_p["n"]}
+        with_p, without = M.spearman(x, y), M.spearman(x, y, pvalue=False)
+        assert without == {"rho": with_p["rho"], "n": with_p["n"]}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
