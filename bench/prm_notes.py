@@ -3,8 +3,11 @@
     python -m stepcritic.bench.prm_notes [--model PATH] [--steps 10 200] [--note-tokens 8] [--rounds 3] [--threads 1]
 
 A note-writing PRM (`data build --prm-notes`) writes a note before every verdict, so it is scored step by step; the
-model's cache carries from one step to the next (`train.scoring`), so a step costs about the same wherever it lies in
-the chain. Each length is one synthetic chain cycled to that many steps and scored `--rounds` times; the report gives
+model's cache carries from one step to the next (`train.scoring`), so a step reads about the same number of tokens
+wherever it lies in the chain. What still grows with the chain is each token's attention over the cached context: a
+model of real width spends most of a token's time in its matrices, which do not grow; the tiny critic (width 192) spends
+it in attention and cache copies once the context reaches thousands of tokens, so its ratio is the pessimistic one.
+Each length is one synthetic chain cycled to that many steps and scored `--rounds` times; the report gives
 the median seconds per step of each and the ratio of the longest to the shortest (1.0 is linear; the step limit
 `train.limits.MAX_STEPS` bounds how long a chain may be). Without `--model`, the tiny critic stands in for a trained
 notes PRM: its config is marked as writing notes, which is all the scorer reads to score that way. Notes are capped
