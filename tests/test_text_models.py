@@ -220,7 +220,7 @@ def test_a_hub_text_recipe_is_known_text_only_offline(pictured, tmp_path, monkey
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
     code = stepcritic(["train", "--config", "qwen2.5-1.5b/prm-lora", "--dataset_path", pictured[1],
-                       "--output_dir", str(tmp_path / "run"), "--dry-run"])
+                       "--output_dir", str(tmp_path / "run"), "--report_to", "none", "--dry-run"])  # logger aside
     captured = capsys.readouterr()
     assert code == 2 and "text only, no vision tower" in captured.out
     (line,) = captured.err.strip().splitlines()
