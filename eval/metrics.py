@@ -65,7 +65,10 @@ def question_sums(values, groups=None, weights=None):
     if weights is not None:
         return weights.sums(groups, values)
     values = np.asarray(values)
-    return int(values.sum()) if values.dtype.kind in "biu" else math.fsum(values.astype(float).tolist())
+    if values.dtype.kind in "biu":
+        return int(values.sum())
+    values = values.astype(float)
+    return math.fsum(values[values != 0].tolist())  # zeros leave an exact sum as it is, and are most items
 
 
 def question_mean(groups, values, weights=None):
@@ -205,7 +208,10 @@ def weighted_auroc(positive, score, positions, counts, chunk_cells: int = AUROC_
     positive = np.asarray(positive, dtype=bool)
     levels, level_of = np.unique(np.asarray(score, dtype=float), return_inverse=True)
     n_groups = max(1, counts.shape[1])
-    cells, cell_of = np.unique(level_of.astype(np.int64) * n_groups + positions, return_inverse=True)
+    if n_groups == 1:  # one question (the point value): a cell is a level
+        cells, cell_of = np.arange(len(levels), dtype=np.int64), level_of.ravel()
+    else:
+        cells, cell_of = np.unique(level_of.astype(np.int64) * n_groups + positions, return_inverse=True)
     pos = np.bincount(cell_of, weights=positive, minlength=len(cells))
     neg = np.bincount(cell_of, weights=~positive, minlength=len(cells))
     cell_group = cells % n_groups
