@@ -101,20 +101,22 @@ def true_labels(path: str) -> dict[str, list[bool]]:
 
 def label_quality(labelled: str, truth: dict[str, list[bool]]) -> dict:
     """Step F1 of a labelled folder's hard labels against the true ones, over the chains both label; rollouts."""
-    from stepcritic.eval.metrics import step_f1
+    from stepcritic.eval.metrics import step_auroc, step_f1
 
-    gold, pred, groups = [], [], []
+    gold, pred, soft = [], [], []
     for chain in chains_list(labelled):
         true = truth.get(chain["chain_id"])
         if true is None or len(true) != len(chain["steps"]):
             continue
         gold += true
         pred += [s["correct"] for s in chain["steps"]]
-        groups += [chain["group_id"]] * len(true)
+        # a step the search never rolled out (binary: after the first wrong one) scores as its hard label
+        soft += [float(s["correct"]) if s["soft_label"] is None else s["soft_label"] for s in chain["steps"]]
     stats = json.load(open(os.path.join(labelled, "stats.json")))
     f1 = step_f1(gold, pred)
     r = stats["rollouts"]
     return {"f1": f1["f1"], "precision": f1["precision"], "recall": f1["recall"], "steps": f1["n"],
+            "soft_auroc": step_auroc(gold, soft), "soft_f1_half": step_f1(gold, [x >= 0.5 for x in soft])["f1"],
             "steps_incorrect_true": f1["tp"] + f1["fn"], "steps_flagged": f1["tp"] + f1["fp"],
             "rollouts": r["total"], "per_chain": r["per_chain"], "per_step": r["per_step"],
             "chains": stats["chains_out"], "left_out": stats["left_out"], "wall_seconds": stats["wall_seconds"]}
@@ -160,7 +162,9 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     from stepcritic.experiments import scene_check
 
-    plan = PLANS["quick" if args.quick else "full"]
+    plan = dict(PLANS["quick" if args.quick else "full"])
+    if args.prm_steps:
+        plan["prm_steps"] = args.prm_steps
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     run = Run(out)
@@ -275,12 +279,13 @@ def report(r: dict) -> list[str]:
     for part, c in r["checked"].items():
         lines.append(f"| {part} | {c.get('chains', 0)} | {c.get('chains_kept', 0)} | {c.get('steps', 0)} | "
                      f"{c.get('steps_unparsed', 0)} | {c.get('steps_ambiguous', 0)} | {c.get('steps_incorrect', 0)} |")
-    lines += ["", "| labels | N | rollouts | per chain | per step | step F1 | precision | recall | wall s |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| labels | N | rollouts | per chain | per step | step F1 | precision | recall | soft: AUROC | "
+                  "soft: F1 at 0.5 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for key, q in r["label_quality"].items():
         method, n = key.split("-")
         lines.append(f"| `--method {method}` | {n} | {q['rollouts']} | {q['per_chain']} | {q['per_step']} | "
-                     f"{_n(q['f1'])} | {_n(q['precision'])} | {_n(q['recall'])} | {q['wall_seconds']} |")
+                     f"{_n(q['f1'])} | {_n(q['precision'])} | {_n(q['recall'])} | {_n(q['soft_auroc'])} | "
+                     f"{_n(q['soft_f1_half'])} |")
     lines += ["", "| judge on held-out policy chains | step F1 | 95% interval | step AUROC | 95% interval |",
               "|---|---|---|---|---|"]
     for role, p in r["prms"].items():
@@ -295,6 +300,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--out", default="outputs/rollout-labels", help="working folder (data/, runs/, eval/, results)")
     p.add_argument("--quick", action="store_true", help="a few chains and steps: the stages run, the numbers mean "
                                                         "nothing")
+    p.add_argument("--prm-steps", type=int, default=None, help="optimiser steps of every PRM (default 150)")
     return p
 
 
