@@ -1,6 +1,6 @@
 """Step labels by rollouts against true labels, and PRMs trained on them, on the embedded default.
 
-    python -m stepcritic.experiments.rollout_labels --out outputs/rollout-labels [--quick]
+    python -m stepcritic.experiments.rollout_labels --out outputs/rollout-labels [--prm-steps 150]
 
 One command, every stage a `stepcritic` command as a user runs it (`data synth`, `data build`, `train`, `generate`,
 `data label`, `eval`), the measuring between them in this module:
@@ -36,14 +36,10 @@ import subprocess
 import sys
 import time
 
-PLANS = {
-    # policy: 3,000 chains of seed 0 (their clean chains are the policy's rows); PRM questions of seed 1, test
-    # questions of seed 2 (groups of 3 chains: n / 3 questions)
-    "full": {"n_policy": 3000, "policy_steps": 400, "n_label": 300, "n_test": 300, "samples": 4, "prm_steps": 150,
-             "rollouts": (1, 2, 4, 8, 16), "train_rollouts": 8, "batch": 64},
-    "quick": {"n_policy": 120, "policy_steps": 4, "n_label": 12, "n_test": 12, "samples": 2, "prm_steps": 2,
-              "rollouts": (1, 2), "train_rollouts": 2, "batch": 16},
-}
+# policy: 3,000 chains of seed 0 (their clean chains are the policy's rows); PRM questions of seed 1, test questions
+# of seed 2 (groups of 3 chains: n / 3 questions)
+PLAN = {"n_policy": 3000, "policy_steps": 400, "n_label": 300, "n_test": 300, "samples": 4, "prm_steps": 150,
+        "rollouts": (1, 2, 4, 8, 16), "train_rollouts": 8, "batch": 64}
 SEEDS = {"policy": 0, "label": 1, "test": 2}
 TEMPLATE = "policy_brief"
 PRM_TEMPLATE = "prm_brief"
@@ -162,7 +158,7 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     from stepcritic.experiments import scene_check
 
-    plan = dict(PLANS["quick" if args.quick else "full"])
+    plan = dict(PLAN)
     if args.prm_steps:
         plan["prm_steps"] = args.prm_steps
     out = os.path.abspath(args.out)
@@ -298,8 +294,6 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p = parser or argparse.ArgumentParser(prog="python -m stepcritic.experiments.rollout_labels",
                                           description=__doc__.split("\n")[0])
     p.add_argument("--out", default="outputs/rollout-labels", help="working folder (data/, runs/, eval/, results)")
-    p.add_argument("--quick", action="store_true", help="a few chains and steps: the stages run, the numbers mean "
-                                                        "nothing")
     p.add_argument("--prm-steps", type=int, default=None, help="optimiser steps of every PRM (default 150)")
     return p
 
