@@ -14,6 +14,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from stepcritic.eval.sums import question_mean
+
 # CMMU reports BiasRate for four-option questions; the headline number uses those groups only.
 CMMU_OPTION_COUNT = 4
 
@@ -89,9 +91,7 @@ def group_outcomes(records: list[dict]) -> tuple[dict[str, dict], int]:
 
 def circular_accuracy(outcomes: dict[str, dict], weights=None):
     """Among complete groups with a gold answer (`group_outcomes`), the share where every shift picked the gold
-    content; None when no group has gold. With `weights`, per resample of the groups (`metrics.question_sums`)."""
-    from stepcritic.eval.metrics import question_mean
-
+    content; None when no group has gold. With `weights`, per resample of the groups (`sums.question_sums`)."""
     with_gold = {g: o["correct"] for g, o in outcomes.items() if o["correct"] is not None}
     return question_mean(list(with_gold), list(with_gold.values()), weights)
 
