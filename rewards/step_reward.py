@@ -13,10 +13,10 @@ Two cases have no score to give, and get a fallback rather than an invented numb
 - a completion with no steps (blank text) gets `empty_reward`, 0.0 by default: the lowest a step score can be, so
   writing nothing never pays better than writing something;
 - a completion the judge gives no score (every step verdict unknown: a generative critic whose reply could not be
-  read) gets `unscored_reward`, None by default. TRL 1.16 turns None into NaN: it is left out of this function's
-  logged mean, the completion's total reward is the sum of the other reward functions' (`nansum`), and a
-  completion that every reward function leaves at None gets no advantage at all. Give a number where the caller
-  cannot take None.
+  read, or more steps than a critic scores, `train.limits.MAX_STEPS`) gets `unscored_reward`, None by default.
+  TRL 1.16 turns None into NaN: it is left out of this function's logged mean, the completion's total reward is the
+  sum of the other reward functions' (`nansum`), and a completion that every reward function leaves at None gets
+  no advantage at all. Give a number where the caller cannot take None.
 A chain the judge could not judge at all (an API call that failed after its retries, `Critique.failed`) raises
 `RuntimeError` (`core.score_chains`): a reward is never made up.
 """
@@ -29,6 +29,7 @@ import statistics
 from stepcritic.rewards import core
 from stepcritic.rewards.splitting import Split, check_split, split_steps
 from stepcritic.rewards.trl import Completion, completions_from_trl
+from stepcritic.train.limits import MAX_STEPS
 
 EMPTY_REWARD = 0.0  # a blank answer's reward: the lowest a step score can be (see the module docstring)
 
@@ -119,11 +120,15 @@ class StepReward:
                 else float(scored.score) for item, scored in zip(items, self.score_completions(items))]
 
     def score_completions(self, items: list[Completion]) -> list[core.Scored]:
-        """Judge the completions that have steps, in one pass (the judge batches them); the others score nothing."""
+        """Judge the completions that have steps, in one pass (the judge batches them); the others score nothing.
+        A completion longer than a critic scores (`MAX_STEPS`) is unscored too: one rambling sample must not stop
+        a policy's RL run."""
+        judgeable = [bool(item.steps) and len(item.steps) <= MAX_STEPS for item in items]
         chains = [core.make_chain(item.question, item.steps, item.images, chain_id=f"completion-{i}")
-                  for i, item in enumerate(items) if item.steps]
+                  for i, (item, ok) in enumerate(zip(items, judgeable)) if ok]
         judged = iter(self.score_chains(chains))
-        return [next(judged) if item.steps else core.Scored([], None) for item in items]
+        return [next(judged) if ok else core.Scored([None] * len(item.steps), None)
+                for item, ok in zip(items, judgeable)]
 
     def close(self) -> None:
         self.judge.close()

@@ -199,6 +199,15 @@ def test_a_completion_with_no_steps_gets_the_empty_reward_and_is_not_judged():
     assert StepReward(judge).step_scores([QUESTION] * 2, ["", "A.\nB."]) == [[], [0.75, 0.75]]
 
 
+def test_a_completion_longer_than_a_critic_scores_is_unscored_not_a_crash():
+    from stepcritic.train.limits import MAX_STEPS
+
+    judge = RecordingJudge()
+    rambling = "\n".join(f"Step {i}." for i in range(MAX_STEPS + 1))
+    assert StepReward(judge, unscored_reward=-0.5)([QUESTION] * 2, [rambling, "A."]) == [-0.5, 0.75]
+    assert [c["chain_id"] for c in judge.seen] == ["completion-1"]  # the long one never reached the critic
+
+
 def test_a_completion_the_judge_gives_no_score_gets_none_which_trl_leaves_out():
     assert StepReward(UnreadableJudge("unreadable"))([QUESTION] * 2, ["A.", ""]) == [None, 0.0]
     assert StepReward(UnreadableJudge("unreadable"), unscored_reward=0.5)([QUESTION], ["A."]) == [0.5]
