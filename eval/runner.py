@@ -176,6 +176,11 @@ def shifted_questions(questions: list[dict]) -> list[dict]:
     return out
 
 
+def question_task(question: dict) -> str:
+    """The task that asks a pick question: the pairwise task's carry their `task`, ShiftCheck's none."""
+    return question.get("task") or "shiftcheck"
+
+
 def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache, progress: bool,
                 chain_scores: dict | None = None) -> dict:
     """Ask `judge.pick_best` every shifted question missing from the cache.
@@ -197,7 +202,9 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
         return {"cached": len(questions) - len(missing), "judged": 0, "from_chain_scores": len(answerable),
                 "failed": 0, "failures": {}}
     index_of = {cid: i for i, cid in enumerate(dataset["chain_id"])}
-    bar = tqdm(total=len(missing), desc=f"{judge.name} shiftcheck", unit="question", disable=not progress,
+    # the bar names the tasks whose questions it counts: the pairwise task's are picks too
+    asked_for = "+".join(dict.fromkeys(question_task(q) for q in missing))
+    bar = tqdm(total=len(missing), desc=f"{judge.name} {asked_for}", unit="question", disable=not progress,
                file=sys.stderr)
     failures: dict[str, str] = {}
     chunk_size = max(1, judge.batch_size)  # questions whose chains are read from the dataset together
@@ -213,7 +220,7 @@ def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache,
                 bar.update(1)
                 continue
             except Exception as e:
-                raise EvalError(f"judge {judge.name!r} failed on ShiftCheck question {q['question_id']!r}: "
+                raise EvalError(f"judge {judge.name!r} failed on {question_task(q)} question {q['question_id']!r}: "
                                 f"{type(e).__name__}: {e}") from e
             letter = OPTION_LETTERS[picked] if picked is not None and 0 <= picked < len(q["options"]) else None
             cache.picks.append([dict(q, prediction=letter)])  # saved as soon as it is answered
@@ -237,11 +244,21 @@ def prediction_record(cached: dict, judge_name: str, fingerprint: str, chain_id:
             "raw": critique.raw, "extra": critique.extra}
 
 
+def critiques_wanted(judge: Judge, wants_critiques: bool, pairwise_scores: bool) -> bool:
+    """Whether `judge` is asked for a critique of every chain: when a task asked reads every judge's critiques
+    (`Plan.wants_critiques`), or, with `pairwise_scores`, when it answers the pairwise questions from its chain
+    scores. A generative judge is asked the pairs themselves: its critiques would be read by no metric."""
+    return wants_critiques or (pairwise_scores and judge.picks_by_chain_score())
+
+
 def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], out_dir: str,
-              wants_critiques: bool, progress: bool, wants_verifier: bool = False) -> dict:
+              wants_critiques: bool, progress: bool, wants_verifier: bool = False,
+              pairwise_scores: bool = False) -> dict:
     """Judge (and ask) what this judge's cache lacks. Returns {"fingerprint", "dir": its cache folder, "run": the
     counts, "failures": {"chains": {chain_id: error}, "questions": {question_id: error}}}; `read_back` then reads
-    its results for the chains that are reported."""
+    its results for the chains that are reported. `wants_critiques` and `pairwise_scores` are the plan's
+    (`critiques_wanted`)."""
+    wants_critiques = critiques_wanted(judge, wants_critiques, pairwise_scores)
     fingerprint = judge.fingerprint()
     cache = JudgeCache(out_dir, judge.cache_name, fingerprint)
     run: dict = {"critiques": None, "picks": None}
@@ -269,10 +286,22 @@ def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], ou
 
 
 def read_back(folder: str, name: str, fingerprint: str, gold: list[dict], questions: list[dict],
-              wants_critiques: bool, wants_verifier: bool) -> dict | None:
-    """A judge's results from its cache folder: {"fingerprint", "predictions" (one per gold chain, in order),
-    "picks" (one per question), "verifier" (`verifier.read`)}; None when the cache lacks a current judgment of
-    some chain or question."""
+              wants_critiques: bool, wants_verifier: bool, pairwise_scores: bool = False) -> dict | None:
+    """A judge's results from its cache folder: {"fingerprint", "predictions" (one per gold chain, in order; none
+    when its critiques are not wanted), "picks" (one per question), "verifier" (`verifier.read`)}; None when the
+    cache lacks a current judgment of some chain or question. With `pairwise_scores` (`critiques_wanted`) a judge
+    whose cached pairwise answers came from its chain scores needs its critiques, one asked the pairs does not: the
+    cache says which, for a judge of an earlier command that is not built again."""
+    picks: dict = {}
+    if questions:
+        by_qid = {q["question_id"]: q for q in questions}
+        for record in JsonlLog(os.path.join(folder, "picks.jsonl"), "question_id").records():
+            q = by_qid.get(record["question_id"])
+            if q is not None:
+                picks[q["question_id"]] = _sharing(record, q)
+    if pairwise_scores and any(p.get("task") == pairwise.TASK and p.get("answered_from") == "chain_score"
+                               for p in picks.values()):
+        wants_critiques = True
     # each chain's latest judgment as its prediction (None: not a current judgment), made as the log is read, so
     # that only one cached record is held at a time
     latest: dict = {}
@@ -283,13 +312,6 @@ def read_back(folder: str, name: str, fingerprint: str, gold: list[dict], questi
             if g is not None:
                 latest[g["chain_id"]] = (prediction_record(record, name, fingerprint, g["chain_id"])
                                          if is_current(record, g) else None)
-    picks: dict = {}
-    if questions:
-        by_qid = {q["question_id"]: q for q in questions}
-        for record in JsonlLog(os.path.join(folder, "picks.jsonl"), "question_id").records():
-            q = by_qid.get(record["question_id"])
-            if q is not None:
-                picks[q["question_id"]] = _sharing(record, q)
     answers = verifier.read(folder, gold) if wants_verifier else None
     if ((wants_critiques and not all(latest.get(g["chain_id"]) is not None for g in gold))
             or any(picks.get(q["question_id"], {}).get("options") != q["options"] for q in questions)
@@ -307,11 +329,13 @@ def _sharing(record: dict, like: dict) -> dict:
 
 
 def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions: list[dict],
-                 wants_critiques: bool, wants_verifier: bool = False) -> tuple[dict, list[str]]:
+                 wants_critiques: bool, wants_verifier: bool = False,
+                 pairwise_scores: bool = False) -> tuple[dict, list[str]]:
     """The judges an earlier command left in `out_dir`'s cache, read back for the report: those whose cache
     holds a current judgment of every chain (and ShiftCheck question) asked now. A judge of this command
     supersedes its older caches (same name, another fingerprint); of several older caches of one name the one
-    last used counts; with `wants_verifier`, its verifier answers (`verifier.read`) must cover every chain too.
+    last used counts; with `wants_verifier`, its verifier answers (`verifier.read`) must cover every chain too, and
+    with `pairwise_scores` its critiques only if it answered the pairs from its chain scores (`read_back`).
     Returns (results as `read_back` gives them, names left out for an incomplete cache)."""
     current = {j.cache_name for j in judges} | {j.name for j in judges}
     latest: dict[str, dict] = {}
@@ -320,7 +344,8 @@ def earlier_runs(out_dir: str, judges: list[Judge], gold: list[dict], questions:
             latest[entry["judge"]] = entry
     runs, left_out = {}, []
     for name, entry in sorted(latest.items()):
-        found = read_back(entry["dir"], name, entry["fingerprint"], gold, questions, wants_critiques, wants_verifier)
+        found = read_back(entry["dir"], name, entry["fingerprint"], gold, questions, wants_critiques, wants_verifier,
+                          pairwise_scores)
         if found is None:
             left_out.append(name)
         else:
@@ -349,7 +374,9 @@ def evaluate(config: EvalConfig | str, *args, **kwargs) -> dict:
 class Plan:
     """What an evaluation asks, worked out from its config before any judge is asked: the chains (`plain` without
     images; `decoded` with them, None when no judge sees images), their gold labels, the shifted ShiftCheck
-    questions, and whether the tasks need critiques and verifier answers."""
+    questions (and the pairwise task's), and whether the tasks need every judge's critiques and verifier answers.
+    `pairwise_scores`: the pairwise task is asked and no other task reads every judge's critiques, so only the judges
+    that answer the pairs from their chain scores are asked for critiques (`critiques_wanted`)."""
 
     plain: Any
     decoded: Any
@@ -357,6 +384,7 @@ class Plan:
     questions: list[dict]
     wants_critiques: bool
     wants_verifier: bool
+    pairwise_scores: bool = False
 
 
 def make_plan(config: EvalConfig) -> Plan:
@@ -385,8 +413,9 @@ def make_plan(config: EvalConfig) -> Plan:
         os.makedirs(config.out_dir, exist_ok=True)
     except OSError as e:
         raise EvalError(f"output folder {config.out_dir}: {e.strerror}") from None
-    return Plan(plain, decoded, gold, questions, wants_critiques=bool(needs & {"critiques", "corrections", "pairwise"}),
-                wants_verifier="verifier" in needs)
+    wants_critiques = bool(needs & {"critiques", "corrections"})
+    return Plan(plain, decoded, gold, questions, wants_critiques=wants_critiques, wants_verifier="verifier" in needs,
+                pairwise_scores="pairwise" in needs and not wants_critiques)
 
 
 @dataclass
@@ -419,7 +448,8 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers:
                                                             config.tree_builder, rpts.clues, progress)}
     elif config.tree_builder is not None or any(hasattr(j, "bind_trees") for j in judges):
         raise EvalError("a tree builder or an RPTS scorer only serves RPTS: add --tasks rpts")
-    args = (gold, questions, out_dir, wants_critiques, progress, wants_verifier)
+    pairwise_scores = plan.pairwise_scores
+    args = (gold, questions, out_dir, wants_critiques, progress, wants_verifier, pairwise_scores)
     if config.jobs > 1 and len(judges) > 1:
         from stepcritic.eval import parallel
 
@@ -439,13 +469,16 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers:
     if not gold:
         raise FailedRequests(f"no chain is left to report, every one failed for some judge: "
                              f"{failed.message(failures, n_chains, n_questions, allowed=True)}")
+    by_name = {judge.name: judge for judge in judges}
     for name, run in runs.items():
-        found = read_back(run.pop("dir"), name, run["fingerprint"], gold, questions, wants_critiques, wants_verifier)
+        found = read_back(run.pop("dir"), name, run["fingerprint"], gold, questions,
+                          critiques_wanted(by_name[name], wants_critiques, pairwise_scores), wants_verifier)
         if found is None:
             raise EvalError(f"judge {name!r}: its cache lacks judgments this command saved; was {out_dir} changed "
                             "during the run?")
         run.update(found)
-    earlier, left_out = earlier_runs(out_dir, judges, gold, questions, wants_critiques, wants_verifier)
+    earlier, left_out = earlier_runs(out_dir, judges, gold, questions, wants_critiques, wants_verifier,
+                                     pairwise_scores)
     if left_out:
         log(f"left out of the report: {', '.join(left_out)} (from earlier commands into {out_dir}; their cache lacks "
             "some of these chains or questions)")

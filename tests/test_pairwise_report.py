@@ -1,0 +1,108 @@
+"""`--tasks pairwise` asks each judge only what the task reads: a generative judge is asked the pairs and no critique
+(a judge that scores responses still critiques every chain, for its scores), and a rerun into the same folder asks
+nothing."""
+
+import json
+
+from test_pairwise import ShortestWins, ingest
+
+from stepcritic.eval.judges.generative import GenerativeJudge, Reply
+from stepcritic.eval.runner import evaluate
+
+# the VL-RewardBench fixture's two pairs (its third item is a tie in the data), each asked in both orders
+N_PAIRS = 2
+
+
+def prompt_text(prompt) -> str:
+    parts = []
+    for message in prompt.messages:
+        content = message["content"]
+        parts += [content] if isinstance(content, str) else [c.get("text", "") for c in content]
+    return "\n".join(parts)
+
+
+class Scripted(GenerativeJudge):
+    """A generative judge whose replies to "which response is better?" follow `REPLIES` in turn, recording what
+    each prompt asked: "pick" for that question, "critique" for anything else."""
+
+    kind = "test-scripted"
+    needs_images = False
+    REPLIES = ("A",)
+
+    def __init__(self, spec, **options):
+        super().__init__(spec, **options)
+        self.asked, self._turn = [], 0
+
+    def generate(self, prompts):
+        replies = []
+        for prompt in prompts:
+            if "Reply with the letter" in prompt_text(prompt):
+                self.asked.append("pick")
+                replies.append(Reply(self.REPLIES[self._turn % len(self.REPLIES)]))
+                self._turn += 1
+            else:
+                self.asked.append("critique")
+                replies.append(Reply('{"steps": []}'))
+        return replies
+
+
+class CountingScorer(ShortestWins):
+    kind = "test-counting-scorer"
+
+    def __init__(self, spec, **options):
+        super().__init__(spec, **options)
+        self.judged = []
+
+    def judge_batch(self, chains):
+        self.judged += [c["chain_id"] for c in chains]
+        return super().judge_batch(chains)
+
+
+def pairwise_run(chains, judges, out, **kw):
+    return evaluate(chains, judges, str(out), tasks=kw.pop("tasks", ("pairwise",)), progress=kw.pop("progress", False),
+                    log=lambda line: None, **kw)
+
+
+def test_a_generative_judge_is_asked_the_pairs_and_no_critique_a_scorer_its_critiques(tmp_path):
+    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    generative, scorer = Scripted("generative"), CountingScorer("scorer")
+    metrics = pairwise_run(chains, [generative, scorer], tmp_path / "out")
+    # the pairs in both orders, nothing more: no critique of any of the fixture's responses
+    assert generative.asked == ["pick"] * (2 * N_PAIRS)
+    # the scorer compares its chain scores: every response critiqued once, no pair asked
+    n_chains = metrics["n_chains"]
+    assert len(scorer.judged) == n_chains and len(set(scorer.judged)) == n_chains
+    assert metrics["judges"]["scorer"]["overall"]["pairwise"]["score"] == "chain"
+    assert metrics["judges"]["generative"]["overall"]["pairwise"]["score"] == "both orders asked"
+    predicted = [json.loads(line)["judge"] for line in (tmp_path / "out" / "predictions.jsonl").open()]
+    assert predicted == ["scorer"] * n_chains
+
+
+def test_a_rerun_asks_nothing_and_a_later_command_reads_both_judges_back(tmp_path):
+    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    out = tmp_path / "out"
+    asked_first = Scripted("generative")
+    first = pairwise_run(chains, [asked_first, CountingScorer("scorer")], out)
+    generative, scorer = Scripted("generative"), CountingScorer("scorer")
+    again = pairwise_run(chains, [generative, scorer], out)
+    # the second run finds both judges' caches complete: the two runs asked each pair in each order once, in all
+    assert generative.asked == [] and scorer.judged == []
+    assert asked_first.asked + generative.asked == ["pick"] * (2 * N_PAIRS)
+    # another judge into the same folder: the earlier two are complete (the generative one without critiques, the
+    # scorer with its critiques, which its pairwise answers came from) and reported as they were
+    later = pairwise_run(chains, [Scripted("another")], out)
+    assert later["earlier_judges"] == {"included": ["generative", "scorer"], "left_out": []}
+    keys = ("accuracy", "n_pairs", "order", "flip_rate", "score")
+    for name in ("generative", "scorer"):
+        sections = [m["judges"][name]["overall"]["pairwise"] for m in (first, again, later)]
+        assert all({k: s[k] for k in keys} == {k: sections[0][k] for k in keys} for s in sections)
+    assert later["judges"]["scorer"]["overall"]["pairwise"]["accuracy"] == 0.75
+
+
+def test_the_progress_bar_of_pair_questions_names_the_pairwise_task(tmp_path, capsys):
+    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    capsys.readouterr()
+    pairwise_run(chains, [Scripted("generative"), CountingScorer("scorer")], tmp_path / "out", progress=True)
+    bars = capsys.readouterr().err
+    assert "generative pairwise" in bars and "scorer critique" in bars
+    assert "shiftcheck" not in bars and "generative critique" not in bars
