@@ -12,8 +12,11 @@ How a judge chooses:
 - a generative judge is shown the two responses and asked which is better (the listwise prompt of ShiftCheck,
   `Judge.pick_best`), in both orders, as JudgeBench and CMMU's circular evaluation ask. Each order has its accuracy;
   the pair's accuracy is their mean (what an evaluation that shows one random order measures on average), and the
-  flip rate is the share of pairs whose chosen response changes with the order. An unreadable reply chooses nothing:
-  wrong in that order, and a flip unless the other order is unreadable too.
+  flip rate is the share of pairs whose chosen response changes with the order. An unparseable reply (naming neither
+  response) chooses nothing: wrong in that order, as VL-RewardBench's scoring counts a reply that names no answer, and
+  a flip, even when the other order's reply is unparseable too (no choice held in both orders). How many replies were
+  unparseable is counted beside the accuracy (`n_unparseable` of `n_replies`), so that a low accuracy from unreadable
+  output is told apart from one of wrong choices.
 
 An item's accuracy is the mean over its pairs (one pair for two responses). Accuracy is the mean over items;
 per category and per subset the same within each; macro accuracy the mean of the per-category (per-subset)
@@ -140,6 +143,12 @@ def _picked(record: dict) -> str | None:
 def asked_pairs(picks: list[dict]) -> dict[str, tuple[float, float, bool]] | None:
     """Per pair a generative judge was asked in both orders: (hit in the first order, in the swapped, flipped); None
     when the judge's pairwise picks came from its chain scores (it scores chains: compared by `--pairwise-score`)."""
+    answered = _answered_pairs(picks)
+    return None if answered is None else {key: found[:3] for key, found in answered.items()}
+
+
+def _answered_pairs(picks: list[dict]) -> dict[str, tuple[float, float, bool, int]] | None:
+    """`asked_pairs` with, per pair, how many of its two replies were unparseable."""
     mine = [p for p in picks if p.get("task") == TASK]
     if not mine or any(p.get("answered_from") == "chain_score" for p in mine):
         return None
@@ -152,7 +161,8 @@ def asked_pairs(picks: list[dict]) -> dict[str, tuple[float, float, bool]] | Non
             continue
         first, swapped = _picked(shifts[0]), _picked(shifts[1])
         gold = shifts[0]["gold"]
-        out[key] = (float(first == gold), float(swapped == gold), first != swapped or first is None)
+        out[key] = (float(first == gold), float(swapped == gold), first != swapped or first is None,
+                    (first is None) + (swapped is None))
     return out
 
 
@@ -160,25 +170,28 @@ def asked_pairs(picks: list[dict]) -> dict[str, tuple[float, float, bool]] | Non
 
 def section(gold: list[dict], preds: list[dict], picks: list[dict], selector: str = DEFAULT_SELECTOR) -> dict:
     """The pairwise section of one judge (`results.TASK_SECTIONS`)."""
-    items, orders, n_pairs, n_ties, asked, scored = judged_items(gold, preds, picks, selector)
+    items, orders, n_pairs, n_ties, asked, scored, n_unparseable = judged_items(gold, preds, picks, selector)
     out = accuracy(items)
     if not asked and not scored:  # the judge gives no such score
         out.update(accuracy=None, macro={"category": None, "subset": None}, acc_plus=None,
                    by_category={k: None for k in out["by_category"]}, by_subset={k: None for k in out["by_subset"]})
+    # a judge that scores responses writes no reply to read: no count, rather than a count of 0
     return {**out, **order_stats(orders), "n_pairs": n_pairs, "n_tied_pairs": n_ties,
+            "n_unparseable": n_unparseable if asked else None, "n_replies": 2 * len(orders) if asked else None,
             "score": "both orders asked" if asked else selector}
 
 
 def judged_items(gold: list[dict], preds: list[dict], picks: list[dict], selector: str = DEFAULT_SELECTOR):
     """Per item the judge's hits (`accuracy`'s items), the per-order hits of a generative judge's pairs, the counts of
-    pairs and of tied pairs, whether the judge was asked (generative) and whether it scored any response."""
+    pairs and of tied pairs, whether the judge was asked (generative), whether it scored any response, and how many
+    of the replies to the pairs counted were unparseable."""
     from stepcritic.eval.best_of_n import selector_scores
 
     if selector not in SELECTORS:
         raise ValueError(f"pairwise score must be one of {SELECTORS}, got {selector!r}")
-    asked = asked_pairs(picks)
+    asked = _answered_pairs(picks)
     scores = {c["chain_id"]: selector_scores(p)[selector] for c, p in zip(gold, preds)} if asked is None else {}
-    items, orders, n_pairs, n_ties = [], [], 0, 0
+    items, orders, n_pairs, n_ties, n_unparseable = [], [], 0, 0, 0
     for g, item in sorted(items_of(gold).items()):
         n_ties += item["ties"]
         hits = []
@@ -188,7 +201,8 @@ def judged_items(gold: list[dict], preds: list[dict], picks: list[dict], selecto
                 continue
             found = asked.get((g, "|".join(sorted([better["chain_id"], worse["chain_id"]]))))
             if found is not None:
-                orders.append(found)
+                orders.append(found[:3])
+                n_unparseable += found[3]
                 hits.append((found[0] + found[1]) / 2)
         if hits:
             n_pairs += len(hits)
@@ -197,4 +211,4 @@ def judged_items(gold: list[dict], preds: list[dict], picks: list[dict], selecto
                           "category": first.get("category"), "subset": first.get("subset"),
                           "set_id": first.get("set_id")})
     return (items, orders, n_pairs, n_ties, asked is not None,
-            any(s is not None for s in scores.values()))
+            any(s is not None for s in scores.values()), n_unparseable)

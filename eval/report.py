@@ -80,14 +80,39 @@ def _pairwise_notes(metrics: dict) -> list[str]:
         return []
     lines = ["Pairwise: every two responses of an item with different preference ranks make a pair; a judge that "
              "scores responses prefers the higher score (equal scores count half), a generative judge is asked which "
-             "is better in both orders (each order counts half; order accuracies and flip rate under Diagnostics). "
-             "Macro: the mean of the per-category (per-subset) accuracies. ACC+: sets whose every pair is right.", ""]
+             "is better in both orders (each order counts half; order accuracies and flip rate under Diagnostics); a "
+             "reply naming neither response is unparseable, counted wrong in its order (as VL-RewardBench counts "
+             "it) and as a flip, and counted below. Macro: the mean of the per-category (per-subset) accuracies. "
+             "ACC+: sets whose every pair is right.", ""]
     for name, result in metrics["judges"].items():
         sec = result["overall"]["pairwise"]
         subsets = ", ".join(f"{k}: {_number_or_dash(v)}" for k, v in sec["by_subset"].items() if k != "None")
         lines.append(f"- `{name}`: {sec['n_items']} items, {sec['n_pairs']} pairs ({sec['n_tied_pairs']} tied pairs "
-                     f"left out), by {sec['score']}" + (f"; by subset {subsets}" if subsets else ""))
+                     f"left out), by {sec['score']}" + (f"; by subset {subsets}" if subsets else "")
+                     + (f"; {_unparseable(sec, 'replies')}" if sec.get("n_unparseable") is not None else ""))
     return lines + [""]
+
+
+def _unparseable(sec: dict, noun: str) -> str:
+    """"unparseable: 6 of 8 replies", of a judge asked the pairs (`pairwise.section`)."""
+    return f"unparseable: {sec['n_unparseable']} of {sec['n_replies']} {noun}"
+
+
+# what the Diagnostics table's columns of each task mean, said only of the tasks whose columns it shows
+DIAGNOSTICS_TEXT = {
+    "critique": "Flagged % vs gold incorrect %: VISCO's reluctance to say \"incorrect\". Propagation bias: odds ratio "
+                "of flagging after an earlier flag, judge over gold (1 ideal, > 1 = assumes errors propagate). Brier: "
+                "calibration of p_incorrect (lower is better).",
+    "pairwise": "Pair acc. (data order) and (swapped): a generative judge's pairwise accuracy with the responses shown "
+                "in the data's order and swapped (apart: a position preference). Pair flip %: share of pairs whose "
+                "chosen response changes with the order, an unparseable reply a flip (lower is better). \"–\" for a "
+                "judge that scores responses: its choice does not depend on the order.",
+}
+
+
+def diagnostics_text(shown: list[T.Metric]) -> str:
+    """The paragraph above the Diagnostics table: what its columns mean, for the tasks it has columns of."""
+    return " ".join(DIAGNOSTICS_TEXT[task] for task in dict.fromkeys(m.task for m in shown) if task in DIAGNOSTICS_TEXT)
 
 
 def _judges_line(metrics: dict) -> list[str]:
@@ -304,10 +329,7 @@ def render(metrics: dict) -> str:
                   leaderboard(overall, tasks, matcher, verifier), ""]
     diagnostics = columns(tasks, "diagnostics")
     if diagnostics:
-        parts += ["## Diagnostics", "",
-                  "Flagged % vs gold incorrect %: VISCO's reluctance to say \"incorrect\". Propagation bias: odds "
-                  "ratio of flagging after an earlier flag, judge over gold (1 ideal, > 1 = assumes errors "
-                  "propagate). Brier: calibration of p_incorrect (lower is better).", "",
+        parts += ["## Diagnostics", "", diagnostics_text(diagnostics), "",
                   leaderboard(overall, tasks, matcher, diagnostics), ""]
     parts += _rpts(metrics, overall)
     parts += _sweep(metrics, overall)
@@ -353,4 +375,7 @@ def summary_line(name: str, result: dict) -> str:
     for m in (m for m in T.metrics_for(sec) if m.headline):
         value = T.lookup(sec, m)
         parts.append(f"{m.display.format(matcher='')} {'–' if value is None else _number(value, m.scale)}")
+        if m.name == "pairwise_accuracy" and sec["pairwise"].get("n_unparseable"):
+            # a low accuracy from unreadable output, told apart from one of wrong choices where it is read
+            parts.append(f"({_unparseable(sec['pairwise'], 'pair replies')})")
     return " ".join(parts)

@@ -1,11 +1,14 @@
-"""`--tasks pairwise` asks each judge only what the task reads: a generative judge is asked the pairs and no critique
-(a judge that scores responses still critiques every chain, for its scores), and a rerun into the same folder asks
-nothing."""
+"""`--tasks pairwise` asks each judge only what the task reads, and its report says what its numbers are: a generative
+judge is asked the pairs and no critique (a judge that scores responses still critiques every chain, for its scores),
+a rerun into the same folder asks nothing, the Diagnostics text describes the pairwise columns it shows, and replies
+that name neither response are counted as unparseable, beside an accuracy that counts them wrong."""
 
 import json
 
 from test_pairwise import ShortestWins, ingest
 
+from stepcritic.eval import report as R
+from stepcritic.eval import tasks as T
 from stepcritic.eval.judges.generative import GenerativeJudge, Reply
 from stepcritic.eval.runner import evaluate
 
@@ -44,6 +47,18 @@ class Scripted(GenerativeJudge):
                 self.asked.append("critique")
                 replies.append(Reply('{"steps": []}'))
         return replies
+
+
+class Unreadable(Scripted):
+    kind = "test-unreadable"
+    REPLIES = ("Neither is better.",)
+
+
+class HalfUnreadable(Scripted):
+    """Readable in the data's order, unparseable swapped: the runner asks a pair's two orders one after the other."""
+
+    kind = "test-half-unreadable"
+    REPLIES = ("A", "Neither is better.")
 
 
 class CountingScorer(ShortestWins):
@@ -92,7 +107,7 @@ def test_a_rerun_asks_nothing_and_a_later_command_reads_both_judges_back(tmp_pat
     # scorer with its critiques, which its pairwise answers came from) and reported as they were
     later = pairwise_run(chains, [Scripted("another")], out)
     assert later["earlier_judges"] == {"included": ["generative", "scorer"], "left_out": []}
-    keys = ("accuracy", "n_pairs", "order", "flip_rate", "score")
+    keys = ("accuracy", "n_pairs", "order", "flip_rate", "score", "n_unparseable", "n_replies")
     for name in ("generative", "scorer"):
         sections = [m["judges"][name]["overall"]["pairwise"] for m in (first, again, later)]
         assert all({k: s[k] for k in keys} == {k: sections[0][k] for k in keys} for s in sections)
@@ -106,3 +121,40 @@ def test_the_progress_bar_of_pair_questions_names_the_pairwise_task(tmp_path, ca
     bars = capsys.readouterr().err
     assert "generative pairwise" in bars and "scorer critique" in bars
     assert "shiftcheck" not in bars and "generative critique" not in bars
+
+
+def test_the_diagnostics_text_describes_the_columns_of_the_tasks_shown(tmp_path):
+    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    pairwise_run(chains, [Scripted("generative")], tmp_path / "out")
+    report = (tmp_path / "out" / "report.md").read_text()
+    diagnostics = report.split("## Diagnostics", 1)[1].split("\n## ", 1)[0]
+    assert "Pair flip %" in diagnostics and "| Pair acc. (data order) |" in diagnostics
+    for critique_column in ("Flagged %", "Propagation bias", "Brier"):
+        assert critique_column not in diagnostics
+    # with the critique task too, the table has both tasks' columns and the text says what each is
+    both = R.diagnostics_text(T.metrics_for(["critique", "pairwise"], "diagnostics"))
+    assert both.index("Propagation bias") < both.index("Pair flip %")
+    assert "Pair flip %" not in R.diagnostics_text(T.metrics_for(["critique"], "diagnostics"))
+
+
+def test_unparseable_replies_are_counted_and_shown_not_only_folded_into_accuracy(tmp_path):
+    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    out = tmp_path / "out"
+    metrics = pairwise_run(chains, [Unreadable("unreadable"), HalfUnreadable("half"), ShortestWins("scorer")], out)
+    saved = json.loads((out / "metrics.json").read_text())["judges"]
+    unreadable, half, scorer = (saved[n]["overall"]["pairwise"] for n in ("unreadable", "half", "scorer"))
+    assert (unreadable["n_unparseable"], unreadable["n_replies"]) == (2 * N_PAIRS, 2 * N_PAIRS)
+    # counted wrong in its order, as VL-RewardBench counts a reply naming no answer, and a flip
+    assert unreadable["accuracy"] == 0.0 and unreadable["flip_rate"] == 1.0
+    assert (half["n_unparseable"], half["n_replies"]) == (N_PAIRS, 2 * N_PAIRS)
+    assert half["order"]["swapped"] == 0.0 and half["accuracy"] == half["order"]["first"] / 2
+    # a judge that scores responses writes no reply: no count, not 0
+    assert scorer["n_unparseable"] is None and scorer["n_replies"] is None
+    lines = {line.split("`")[1]: line for line in (out / "report.md").read_text().splitlines()
+             if line.startswith("- `")}
+    assert lines["unreadable"].endswith(f"unparseable: {2 * N_PAIRS} of {2 * N_PAIRS} replies")
+    assert lines["half"].endswith(f"unparseable: {N_PAIRS} of {2 * N_PAIRS} replies")
+    assert "unparseable" not in lines["scorer"]
+    assert f"Pair acc. 0.0 (unparseable: {2 * N_PAIRS} of {2 * N_PAIRS} pair replies)" in R.summary_line(
+        "unreadable", metrics["judges"]["unreadable"])
+    assert "unparseable" not in R.summary_line("scorer", metrics["judges"]["scorer"])
