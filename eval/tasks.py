@@ -31,7 +31,7 @@ from stepcritic.eval.verifier import TABLE_2_ORDER
 class Task:
     name: str
     needs: str        # what the runner asks each judge for: "critiques" (one per chain), "picks" (ShiftCheck),
-    #                   "pairwise" (critiques, and of a generative judge its choice of each pair in both orders),
+    #                   "pairwise" (a scorer's critiques, a generative judge's choice of each pair in both orders),
     #                   "verifier" (the answers to every verifier task, `eval/verifier.py`) or "corrections"
     #                   (critiques, then a corrector's answers after them, `eval/correction.py`)
     description: str
