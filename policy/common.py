@@ -108,6 +108,23 @@ def seed_everything(seed: int, asked=()) -> None:
     torch.manual_seed(seed)
 
 
+def ask_saved(model, jobs: list, log, seed: int, what: str, progress: bool, desc: str | None = None):
+    """Ask `model` for the `jobs` ([(key, make_prompt)]) that `log` lacks, seeded by the keys asked
+    (`seed_everything`), each answer saved as it arrives. Returns eval's `ask` counts and {key: text} of every saved
+    answer; a request with no answer stops the command, the others kept for the rerun that asks only it."""
+    from stepcritic.eval.asking import ask
+    from stepcritic.eval.errors import FailedRequests
+
+    saved = log.load()
+    seed_everything(seed, [key for key, _ in jobs if key not in saved])
+    asked = ask(model, jobs, log, desc or what, progress=progress)
+    if asked["failed"]:
+        raise FailedRequests(f"{asked['failed']} of {len(jobs)} {what} got no answer (the others are saved); run the "
+                             f"same command again to ask only those (first error: "
+                             f"{next(iter(asked['errors'].values()))})")
+    return asked, {key: record["text"] for key, record in log.load().items()}
+
+
 def install(out_dir: str, inputs: dict[str, str | None], write) -> None:
     """`write(target)` writes the finished chains folder; it replaces --out with the cache copied in."""
     with outputs.staged(out_dir, True, inputs) as target:

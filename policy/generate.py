@@ -69,9 +69,7 @@ def generate(chains_path: str, policy: str, out_dir: str, samples: int, temperat
              progress: bool = False, limit: int | None = None) -> dict:
     """Sample `samples` chains per question of `chains_path` from the `policy` spec into a chains folder at `out_dir`;
     returns its stats (also in `out_dir/stats.json`)."""
-    from stepcritic.eval.asking import ask
     from stepcritic.eval.cache import JsonlLog
-    from stepcritic.eval.errors import FailedRequests
     from stepcritic.eval.judges.prompting import chain_prompt
 
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
@@ -99,16 +97,9 @@ def generate(chains_path: str, policy: str, out_dir: str, samples: int, temperat
 
         jobs = [(keys[i, k], make(i)) for i in rows for k in range(samples)]
         log = JsonlLog(os.path.join(common.cache_dir(out_dir, model.cache_name, fingerprint), "samples.jsonl"), "key")
-        saved = log.load()
-        common.seed_everything(seed, [key for key, _ in jobs if key not in saved])
-        asked = ask(model, jobs, log, "samples", progress=progress)
+        asked, texts = common.ask_saved(model, jobs, log, seed, "samples", progress)
     finally:
         model.close()
-    if asked["failed"]:
-        raise FailedRequests(f"{asked['failed']} of {len(jobs)} samples got no answer (the others are saved); run the "
-                             f"same command again to ask only those (first error: "
-                             f"{next(iter(asked['errors'].values()))})")
-    texts = {key: record["text"] for key, record in log.load().items()}
     settings = {**common.sampling(model), "samples": samples, "seed": seed, "template": loaded.name,
                 "template_hash": loaded.hash}
     counts = {"questions": len(rows), "samples": len(jobs), "parsed": 0, "unparsed": 0, "no_answer": 0, "blank": 0,

@@ -286,9 +286,7 @@ def label(chains_path: str, completer: str, out_dir: str, settings: LabelSetting
           overwrite: bool = False, progress: bool = False) -> dict:
     """Label every step of the chains at `chains_path` by rollouts of `completer` into a chains folder at `out_dir`;
     returns its stats (also in `out_dir/stats.json`)."""
-    from stepcritic.eval.asking import ask
     from stepcritic.eval.cache import JsonlLog
-    from stepcritic.eval.errors import FailedRequests
     from stepcritic.policy.card import write_label_card
 
     settings.check()
@@ -324,16 +322,10 @@ def label(chains_path: str, completer: str, out_dir: str, settings: LabelSetting
                 jobs += [(key, lambda c=cid, e=end: rollout_prompt(seen[c], e, loaded)) for key in keys[cid, end]]
             if not jobs:
                 continue
-            saved = log.load()
-            common.seed_everything(settings.seed, [key for key, _ in jobs if key not in saved])
-            asked = ask(model, jobs, log, f"rollouts (round {totals['rounds']})", progress=progress)
-            if asked["failed"]:
-                raise FailedRequests(f"{asked['failed']} rollouts got no answer (the others are saved); run the same "
-                                     f"command again to ask only those (first error: "
-                                     f"{next(iter(asked['errors'].values()))})")
+            asked, texts = common.ask_saved(model, jobs, log, settings.seed, "rollouts", progress,
+                                            f"rollouts (round {totals['rounds']})")
             totals["asked"] += asked["asked"]
             totals["cached"] += asked["cached"]
-            texts = {key: record["text"] for key, record in log.load().items()}
             for (cid, end), ks in keys.items():
                 prefix = prefix_text(seen[cid], end)
                 reached = [answers.reaches_gold(seen[cid], read_sample(prefix + texts[key])[1]) for key in ks]

@@ -280,8 +280,8 @@ def next_step(prefix: tuple, text: str) -> tuple[tuple | None, str | None, bool]
 def tree_search(model, fingerprint: str, template, shown: dict, rows: list, settings: SearchSettings, log,
                 scores: Scores, count_tokens, progress: bool) -> tuple[list[Run], dict]:
     """Every beam and DVTS run of every question at every budget, a step at a time, all of them together."""
-    from stepcritic.eval.asking import ask, content_key
-    from stepcritic.eval.errors import EvalError, FailedRequests
+    from stepcritic.eval.asking import content_key
+    from stepcritic.eval.errors import EvalError
     from stepcritic.eval.judges.prompting import chain_prompt
     from stepcritic.policy.label import rollout_prompt
 
@@ -315,17 +315,11 @@ def tree_search(model, fingerprint: str, template, shown: dict, rows: list, sett
         if not jobs:
             break
         totals["steps"] += 1
-        saved = log.load()
         # each step's draws seeded by what it asks: a resumed or longer search draws new numbers for new keys
-        common.seed_everything(settings.seed, [key for key, _ in jobs if key not in saved])
-        asked = ask(model, jobs, log, f"search step {step + 1}", progress=progress)
-        if asked["failed"]:
-            raise FailedRequests(f"{asked['failed']} continuations got no answer (the others are saved); run the "
-                                 f"same command again to ask only those (first error: "
-                                 f"{next(iter(asked['errors'].values()))})")
+        asked, texts = common.ask_saved(model, jobs, log, settings.seed, "continuations", progress,
+                                        f"search step {step + 1}")
         totals["asked"] += asked["asked"]
         totals["cached"] += asked["cached"]
-        texts = {key: record["text"] for key, record in log.load().items()}
         grown = defaultdict(list)  # (run, tree): its new chains, in the order asked
         for r, t, prefix, key in wanted:
             runs[r].words += words(texts[key])
@@ -496,10 +490,9 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
            limit: int | None = None, overwrite: bool = False, progress: bool = False) -> dict:
     """Sample, score and search (see the module docstring); writes `metrics.json`, `report.md` and the plot to
     `out_dir` and returns the metrics."""
-    from stepcritic.eval.asking import ask
     from stepcritic.eval.bootstrap import settings as interval_settings
     from stepcritic.eval.cache import JsonlLog
-    from stepcritic.eval.errors import EvalError, FailedRequests
+    from stepcritic.eval.errors import EvalError
     from stepcritic.eval.judges.prompting import chain_prompt
     from stepcritic.eval.judges.registry import build_judge
 
@@ -538,14 +531,7 @@ def search(chains_path: str, policy: str, critic_spec: str, out_dir: str, settin
 
         jobs = [(keys[i, k], make(i)) for i in rows for k in range(settings.n)]
         log = JsonlLog(os.path.join(folder, "samples.jsonl"), "key")
-        saved = log.load()
-        common.seed_everything(settings.seed, [key for key, _ in jobs if key not in saved])  # as generate seeds
-        sampled = ask(model, jobs, log, "samples", progress=progress)
-        if sampled["failed"]:
-            raise FailedRequests(f"{sampled['failed']} of {len(jobs)} samples got no answer (the others are saved); "
-                                 f"run the same command again to ask only those (first error: "
-                                 f"{next(iter(sampled['errors'].values()))})")
-        texts = {key: record["text"] for key, record in log.load().items()}
+        sampled, texts = common.ask_saved(model, jobs, log, settings.seed, "samples", progress)
         samples, to_score = {}, []
         for i in rows:
             samples[i] = []
