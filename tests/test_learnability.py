@@ -122,6 +122,7 @@ def test_prm_learns_to_read_the_image(workdir):
         assert abs(blank_auc - 0.5) <= 0.2
 
 
+@pytest.mark.slow  # notes make its rows several times longer: 40 s on a CPU without AVX-512
 def test_prm_with_notes_learns_what_the_verdict_alone_does_not(workdir):
     # "red" and "blue" for every picture, one true: the label is an XOR of words and picture, so neither alone
     # predicts it, and a verdict-only PRM stays at the prior (easy_chains' note; measured 0.52 / 0.47 verdict
@@ -295,6 +296,7 @@ def test_grpo_sharpens_an_unsure_critic_with_the_verdict_reward(workdir, critiqu
     assert blind_accuracy <= majority + 0.1
 
 
+@pytest.mark.slow  # notes make its rows several times longer: 40 s on a CPU without AVX-512
 def test_critique_writer_with_notes_learns_to_read_the_image(workdir, critique_template):
     """A critique writer that says what the image shows before each verdict (`--critique-notes`), read as the
     `prm:` judge reads a note-writing PRM (`hf:...,structured=true,notes=true`): from the words it gives the step

@@ -191,10 +191,12 @@ def test_load_critic_reads_a_lora_adapter(tmp_path):
         assert not isinstance(merged, PeftModel) and torch.allclose(merged(**batch).logits, expected, atol=1e-4)
 
 
-def test_vision_pretraining_teaches_every_cell_and_leaves_the_language_model_alone(tiny):
+# 300 steps: a minute for idefics3 on a CPU without AVX-512, so that architecture runs in the slow tier
+@pytest.mark.parametrize("arch", ["llava", pytest.param("idefics3", marks=pytest.mark.slow)])
+def test_vision_pretraining_teaches_every_cell_and_leaves_the_language_model_alone(arch, tmp_path):
     from stepcritic.train.tiny.vision_pretrain import pretrain_vision
 
-    model, processor = load_critic(tiny[1])  # a fresh copy: the fixture's model is shared
+    model, processor = load_critic(build_tiny_critic(tmp_path, arch=arch))
     language = {k: v.clone() for k, v in model.get_decoder().state_dict().items()}
     tower_before = [p.clone() for p in model.parameters() if p.dim() == 4][0]  # the patch embedding
     # chance is 0.2 / 0.2 / 0.33 per cell (or the empty-cell rate) and 1/3 for the row and the column: a random
