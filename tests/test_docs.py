@@ -193,4 +193,4 @@ def test_readme_links_every_guide_and_keeps_its_sections():
                     "Produce a reward model and use it", "Benchmark trained against prompted judges", "Data formats",
                     "Documentation", "Development"):
         assert headings.count(section) == 1, section
-    assert len(readme.splitlines()) <= 365
+    assert len(readme.splitlines()) <= 375
