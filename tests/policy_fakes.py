@@ -1,11 +1,22 @@
 """Generative test doubles for `stepcritic generate` and `data label`, as `py:policy_fakes.CLASS` specs (conftest puts
 tests/ on the path): each counts the prompts it was asked, and can be told to stop after a number of them (a kill)."""
 
+import pytest
+
 from stepcritic.eval.judges.generative import GenerativeJudge
 from stepcritic.eval.judges.prompting import Reply
 
 ASKED: list = []  # every prompt asked, in order, by any double below
 STOP_AFTER: list = []  # [n]: raise once n prompts have been asked in all (the process "killed")
+
+
+@pytest.fixture(autouse=True)
+def fresh_fakes():
+    """Imported by a test module: each of its tests starts with no prompts counted and no kill set."""
+    ASKED.clear()
+    STOP_AFTER.clear()
+    yield
+    STOP_AFTER.clear()
 
 
 def _text(prompt) -> str:

@@ -6,18 +6,11 @@ import json
 import policy_fakes
 import pytest
 from helpers import chain, chains
+from policy_fakes import fresh_fakes  # noqa: F401  (autouse: every test starts with no prompts counted)
 
 from stepcritic.cli import main as stepcritic
 from stepcritic.data_prep import schema
 from stepcritic.policy.generate import read_sample
-
-
-@pytest.fixture(autouse=True)
-def fresh_fakes():
-    policy_fakes.ASKED.clear()
-    policy_fakes.STOP_AFTER.clear()
-    yield
-    policy_fakes.STOP_AFTER.clear()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import policy_fakes
 import pytest
 from datasets import load_from_disk
 from helpers import chain, step
+from policy_fakes import fresh_fakes  # noqa: F401  (autouse: every test starts with no prompts counted)
 
 from stepcritic.cli import main as stepcritic
 from stepcritic.data_prep import schema
@@ -26,14 +27,6 @@ def records(flip: bool = False) -> list[dict]:
     return [chain("c-ok", group_id="g0", steps=steps(OK), answer="red"),
             chain("c-bad", group_id="g1", steps=steps(BAD), answer="blue", answer_correct=False),
             chain("c-mid", group_id="g2", steps=steps(MID), answer="red")]
-
-
-@pytest.fixture(autouse=True)
-def fresh_fakes():
-    policy_fakes.ASKED.clear()
-    policy_fakes.STOP_AFTER.clear()
-    yield
-    policy_fakes.STOP_AFTER.clear()
 
 
 @pytest.fixture
