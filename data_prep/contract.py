@@ -55,7 +55,8 @@ KINDS = {
     "critique-pref": Kind((*_PAIR, "corruption", *_IDS), _PAIR, ("dpo",)),
     "outcome-rm": Kind((*_PAIR, "chosen_chain_id", "rejected_chain_id", "group_id"), _PAIR, ("reward",)),
     # a policy, not a critic: question and image -> a clean chain and its answer (`stepcritic generate` samples it)
-    "policy-sft": Kind(("messages", "images", *_IDS), ("messages", "images"), ("sft",)),
+    # (GRPO of that policy: the prompts, and the gold answer its outcome reward compares with, `train/policy_grpo.py`)
+    "policy-sft": Kind(("messages", "images", *_IDS), ("messages", "images"), ("sft", "grpo")),
 }
 KIND_NAMES = tuple(KINDS)
 # verifier-sft's layouts (`data build --verifier-layout`): "rows" has the columns above. "task" (one conversation

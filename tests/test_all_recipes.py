@@ -163,8 +163,10 @@ def test_recipe_trains_one_step_on_built_data(path, built, built_text, checkpoin
     train_logs = [entry for entry in state["log_history"] if "train_loss" in entry]
     assert train_logs and train_logs[-1]["train_loss"] == train_logs[-1]["train_loss"]  # not NaN
     if recipe.training_args.eval_strategy != "no":  # evaluated during training, at step 1, on the held-out split
-        assert any("eval_loss" in entry and entry["step"] == 1 for entry in state["log_history"])
-        assert "eval_loss" in metrics
+        # a policy's evaluation is its held-out answers' accuracy
+        key = "eval_accuracy" if recipe.script_args.dataset_kind == "policy-sft" else "eval_loss"
+        assert any(key in entry and entry["step"] == 1 for entry in state["log_history"])
+        assert key in metrics
     card = (tmp_path / "run" / "README.md").read_text()
     assert f"(kind `{recipe.script_args.dataset_kind}`)" in card
     assert [kind for kind in contract.KIND_NAMES if f"`{kind}`" in card] == [recipe.script_args.dataset_kind]

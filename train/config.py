@@ -144,6 +144,27 @@ class StepCriticArgs:
     merge_adapter: bool = field(
         default=False, metadata={"help": "After LoRA training, also save the adapter merged into the base weights."}
     )
+    policy_rewards: list[str] = field(
+        default_factory=lambda: ["outcome"],
+        metadata={"help": "GRPO of a policy (dataset_kind policy-sft): its rewards, `outcome` (the answer is the "
+                          "gold answer) and/or `critic` (reward_critic's aggregated step scores); summed.",
+                  "choices": ("outcome", "critic")},
+    )
+    reward_critic: str | None = field(
+        default=None,
+        metadata={"help": "GRPO of a policy: the critic, a judge spec with step scores (e.g. prm:runs/prm). Its "
+                          "mean reward is logged beside held-out accuracy at every evaluation, and is a reward when "
+                          "policy_rewards lists `critic`."},
+    )
+    reward_aggregate: str = field(
+        default="min", metadata={"help": "GRPO of a policy: how the critic's step scores become one reward.",
+                                 "choices": ("min", "mean", "last", "prod")},
+    )
+    hacking_patience: int = field(
+        default=3,
+        metadata={"help": "GRPO of a policy: warn of reward hacking when the critic's held-out reward rose at each "
+                          "of this many evaluations in a row while held-out accuracy fell over them."},
+    )
     model_card: bool = field(default=True, metadata={"help": "Write a model card (README.md) into output_dir."})
     overwrite_output_dir: bool = field(
         default=False,
@@ -173,6 +194,16 @@ class StepCriticArgs:
             raise ValueError(
                 f"dataset_kind {self.dataset_kind!r} cannot train method {self.method!r}; use one of {allowed}"
             )
+        policy_rl = self.method == "grpo" and self.dataset_kind == "policy-sft"
+        if not policy_rl and (self.policy_rewards != ["outcome"] or self.reward_critic):
+            raise ValueError("policy_rewards and reward_critic are for GRPO of a policy: set method: grpo and "
+                             "dataset_kind: policy-sft, or remove them")
+        if not self.policy_rewards or len(set(self.policy_rewards)) != len(self.policy_rewards):
+            raise ValueError(f"policy_rewards must list outcome and/or critic once each, got {self.policy_rewards}")
+        if "critic" in self.policy_rewards and not self.reward_critic:
+            raise ValueError("policy_rewards lists critic: set reward_critic to a judge spec (e.g. prm:runs/prm)")
+        if self.hacking_patience < 1:
+            raise ValueError(f"hacking_patience must be at least 1, got {self.hacking_patience}")
 
 
 @dataclass

@@ -10,6 +10,8 @@ question alone, as the "rows" layout asks it. Rewards, per sampled completion:
   `data_prep.critique.parse_critique`; output with no readable verdict at all gets `UNPARSEABLE_REWARD`.
 - verifier-sft: 1 when the reply is the gold label, 0 when it is another known label of the task,
   `UNPARSEABLE_REWARD` otherwise.
+
+policy-sft rows train a policy instead, with its answers and a critic as rewards: `policy_grpo`.
 """
 
 from __future__ import annotations
@@ -139,6 +141,10 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     from trl import GRPOTrainer
 
     kind = recipe.script_args.dataset_kind
+    if kind == "policy-sft":  # a policy, rewarded by its answers and a critic
+        from stepcritic.train import policy_grpo
+
+        return policy_grpo.build_trainer(recipe, model, processor, train_data, eval_data)
     reward = critique_reward if kind == "critique-sft" else verifier_reward
     model = common.prepare_model(recipe, model)
     # TRL 1.16 left-pads the prompts it generates from, but re-encodes them for the training forward pass with

@@ -102,22 +102,29 @@ class HFJudge(GenerativeJudge):
         return super().pick_best(chains) if picked is None else picked
 
     def generate(self, prompts: list[Prompt]) -> list[Reply]:
-        import torch
-
         model, processor = self._load()
-        sampling = ({"do_sample": True, "temperature": self.temperature} if self.temperature > 0
-                    else {"do_sample": False})
-        replies = []
-        for start in range(0, len(prompts), self.batch_size):
-            batch = prompts[start:start + self.batch_size]
-            texts = [processor.apply_chat_template(p.messages, add_generation_prompt=not p.continue_final,
-                                                   continue_final_message=p.continue_final, tokenize=False)
-                     for p in batch]
-            images = [to_rgb(image) for p in batch for image in p.images]
-            inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt").to(model.device)
-            with torch.inference_mode():
-                output = model.generate(**inputs, max_new_tokens=self.max_tokens,
-                                        pad_token_id=processor.tokenizer.pad_token_id, **sampling)
-            new_tokens = output[:, inputs["input_ids"].shape[1]:]
-            replies += [Reply(text=text) for text in processor.batch_decode(new_tokens, skip_special_tokens=True)]
-        return replies
+        return [Reply(text=text) for text in generate_texts(model, processor, prompts, self.max_tokens,
+                                                             self.temperature, self.batch_size)]
+
+
+def generate_texts(model, processor, prompts: list[Prompt], max_new_tokens: int, temperature: float = 0.0,
+                   batch_size: int = 8) -> list[str]:
+    """What a loaded transformers model writes for each prompt: batches of `batch_size`, greedy unless `temperature`
+    > 0. The processor's tokenizer must pad on the left, so that in a batch every prompt ends where generation
+    starts. Also used on a policy while it trains (`train.policy_grpo`)."""
+    import torch
+
+    sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+    texts = []
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start:start + batch_size]
+        chat = [processor.apply_chat_template(p.messages, add_generation_prompt=not p.continue_final,
+                                              continue_final_message=p.continue_final, tokenize=False)
+                for p in batch]
+        images = [to_rgb(image) for p in batch for image in p.images]
+        inputs = processor(text=chat, images=images or None, padding=True, return_tensors="pt").to(model.device)
+        with torch.inference_mode():
+            output = model.generate(**inputs, max_new_tokens=max_new_tokens,
+                                    pad_token_id=processor.tokenizer.pad_token_id, **sampling)
+        texts += processor.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    return texts
