@@ -57,7 +57,9 @@ def time_budget(minutes: float):
 # the trainer's log keys worth a word on the terminal (the rest stay in trainer_state.json)
 LOG_WORDS = {"loss": "loss", "grad_norm": "grad norm", "learning_rate": "learning rate",
              "mean_token_accuracy": "token accuracy", "rewards/accuracies": "reward accuracy",
-             "rewards/margins": "reward margin", "reward": "reward"}
+             "rewards/margins": "reward margin", "reward": "reward",
+             # a policy's evaluation (`policy_grpo`)
+             "accuracy": "accuracy", "critic_reward": "critic reward", "reward_hacking": "reward hacking flag"}
 
 
 def _number(value) -> str:
@@ -141,7 +143,8 @@ def summary(recipe, metrics: dict, log_history: list, steps: int, resumed_at: in
         facts.append(f"mean loss {metrics['train_loss']:.4g}")
     if isinstance(metrics.get("eval_loss"), (int, float)):
         facts.append(f"eval loss {metrics['eval_loss']:.4g}")
-    return (f"saved the {method} critic to {args.output_dir} after {steps:,} step{'' if steps == 1 else 's'} "
+    what = "policy" if recipe.script_args.dataset_kind == "policy-sft" else f"{method} critic"
+    return (f"saved the {what} to {args.output_dir} after {steps:,} step{'' if steps == 1 else 's'} "
             f"({'; '.join(facts)}); "
             f"evaluate it with: {eval_command(method, judged, recipe.script_args.dataset_kind)}")
 
