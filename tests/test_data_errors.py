@@ -4,7 +4,7 @@ file, record or option, and exit code 2; never a traceback. The CLI runs in-proc
 import json
 
 import pytest
-from helpers import built_dataset, chain, chains
+from helpers import built_dataset, chain, chains, write_jsonl
 
 from stepcritic import cli
 
@@ -19,11 +19,6 @@ def one_line_error(capsys, argv: list[str], *fragments: str, command: str = "dat
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     return lines[0]
-
-
-def write_jsonl(path, records) -> str:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return str(path)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,10 @@ fake OpenAI-compatible server."""
 
 import json
 import os
-import re
 import time
 
 import pytest
-from helpers import chain, step
-from test_prompts import as_text, check_golden
+from helpers import GullibleCorrector, as_text, chain, check_golden, step
 
 from stepcritic import cli as stepcritic_cli
 from stepcritic.data_prep.schema import save_chains, validate_chain
@@ -18,38 +16,6 @@ from stepcritic.eval.judges.base import Critique, Judge
 from stepcritic.eval.judges.generative import GenerativeJudge, Reply
 from stepcritic.eval.runner import EvalError, build_judge, evaluate
 from stepcritic.testing.fake_openai_server import FakeOpenAIServer
-
-
-class GullibleCorrector(GenerativeJudge):
-    """Believes the review of the final answer: told it is wrong, it answers the question's reference answer, or "none
-    of these" when the answer already was the reference; told anything else, it keeps the answer. So its PCR is the
-    share of wrong answers the critique calls wrong and its NCR the share of right answers it calls wrong."""
-
-    kind = "test-gullible-corrector"
-    needs_images = False
-    # reference answers set by the test: by question, or by `chain_key` where one question has several images
-    REFERENCES: dict = {}
-    asked: list = []
-
-    @staticmethod
-    def chain_key(question: str, steps: list[str], final_answer: str) -> tuple:
-        return question, tuple(steps), final_answer
-
-    def generate(self, prompts):
-        replies = []
-        for prompt in prompts:
-            text = " ".join(p["text"] for m in prompt.messages for p in m["content"] if p["type"] == "text")
-            type(self).asked.append(text)
-            question = re.search(r"(?m)^Question: (.*)$", text).group(1)
-            final = re.search(r"(?m)^Final answer: (.*)$", text).group(1)
-            review = re.search(r"(?m)^Review of the final answer: (.*)$", text).group(1)
-            answer = final
-            if review.startswith("incorrect"):
-                steps = re.findall(r"(?m)^Step \d+: (.*)$", text)
-                reference = self.REFERENCES.get(self.chain_key(question, steps, final)) or self.REFERENCES[question]
-                answer = "none of these" if final == reference else reference
-            replies.append(Reply(text=f"Let me see.\nAnswer: {answer}"))
-        return replies
 
 
 class FlagsAnswers(Judge):

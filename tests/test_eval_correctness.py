@@ -10,7 +10,7 @@ import os
 
 import helpers
 import pytest
-from test_verdict_parsing import CannedVerifier, reasoning_chain
+from helpers import CannedVerifier, reasoning_chain
 
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import metrics as M

@@ -6,6 +6,7 @@ import os
 
 import helpers
 import pytest
+from helpers import CountingJudge
 
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval.judges.base import Critique, Judge
@@ -103,8 +104,6 @@ def test_shiftcheck_reuses_the_chain_scores_of_a_score_based_judge(chains_dir, t
 
 
 def test_a_judge_that_overrides_pick_best_is_still_asked():
-    from test_runner import CountingJudge
-
     assert not CountingJudge("counting").picks_by_chain_score()
     assert ScoringJudge("scoring").picks_by_chain_score()
     assert build_judge("text-only:always-correct").picks_by_chain_score()

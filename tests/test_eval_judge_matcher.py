@@ -6,8 +6,7 @@ import os
 import re
 
 import pytest
-from helpers import chain, step
-from test_prompts import as_text, check_golden
+from helpers import as_text, chain, check_golden, step
 
 from stepcritic import cli as stepcritic_cli
 from stepcritic.data_prep.schema import save_chains, validate_chain

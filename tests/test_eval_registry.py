@@ -11,8 +11,7 @@ import json
 import os
 
 import pytest
-from test_eval_correction import GullibleCorrector
-from test_eval_verifier import gold_labels
+from helpers import GullibleCorrector, gold_labels
 
 from stepcritic.data_prep.prompts import VERIFIER_TASKS
 from stepcritic.data_prep.schema import save_chains

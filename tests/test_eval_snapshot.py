@@ -7,8 +7,7 @@ and the snapshot diff is then reviewed like code."""
 import os
 
 import pytest
-import test_eval_correction
-from test_report import two_category_chains
+from helpers import GullibleCorrector, two_category_chains
 
 from stepcritic import cli as stepcritic_cli
 from stepcritic.eval.runner import TASKS
@@ -23,7 +22,8 @@ RUNS = {
     # the default tasks, judged by the baselines
     "default-tasks": ["--judge", "always-correct", "--judge", "random,rate=0.4,seed=3", "--judge", "majority"],
     # every task of the snapshot's time, so verifier questions, corrections, best-of-n and RPTS all reach the results
-    # and the report (the tasks registered after it have tests of their own: the snapshot stays as it was)
+    # and the report (the tasks registered after it have tests of their own: the snapshot stays as it was); the
+    # corrector keeps the spec the snapshots name, test_eval_correction's name for the class in helpers
     "all-tasks": ["--judge", "always-correct", "--judge", "random,rate=0.3,seed=0", "--tasks", *SNAPSHOT_TASKS,
                   "--corrector", "py:test_eval_correction.GullibleCorrector", "--bon-subsets", "5"],
 }
@@ -40,8 +40,8 @@ def chains(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_eval_outputs_match_their_snapshots(name, chains, tmp_path, monkeypatch):
-    monkeypatch.setattr(test_eval_correction.GullibleCorrector, "REFERENCES", {"What colour is the shape?": "red"})
-    monkeypatch.setattr(test_eval_correction.GullibleCorrector, "asked", [])
+    monkeypatch.setattr(GullibleCorrector, "REFERENCES", {"What colour is the shape?": "red"})
+    monkeypatch.setattr(GullibleCorrector, "asked", [])
     out = str(tmp_path / "out")
     assert stepcritic_cli.main(["eval", "--chains", chains, "--out", out, "--no-progress", *RUNS[name]]) == 0
     for output in OUTPUTS:

@@ -11,8 +11,9 @@ import os
 
 import helpers
 import pytest
+from helpers import gold_labels
 
-from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS, VERIFIER_TASKS, verifier_target
+from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS, VERIFIER_TASKS
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import verifier as V
 from stepcritic.eval.judges.base import Critique, Judge
@@ -33,13 +34,6 @@ def miceval_wording(task: str, label: str) -> str:
             "attribute": "Attribute False", "spatial": "Spatial Relationship False",
             "non_spatial": "Non-spatial Relationship False", "inter": "Inter-step Incorrect",
             "intra": "Intra-step Incorrect"}.get(label, label.capitalize())
-
-
-def gold_labels(task: str, chain: dict) -> list:
-    """The human label per step (the chain-level task: a one-item list), None where the task does not apply."""
-    if task in CHAIN_LEVEL_TASKS:
-        return [verifier_target(task, chain, None)]
-    return [verifier_target(task, chain, i) for i in range(len(chain["steps"]))]
 
 
 class GoldVerifier(Judge):

@@ -7,38 +7,12 @@ import subprocess
 import sys
 
 import pytest
-from helpers import png
+from helpers import miceval_record, png, visco_record, write_jsonl
 
 from stepcritic.data_prep.ingest import IngestError, ingest
 from stepcritic.data_prep.schema import load_chains
 
-
-def write_jsonl(path, records):
-    with open(path, "w") as f:
-        for r in records:
-            f.write(r if isinstance(r, str) else json.dumps(r))
-            f.write("\n")
-    return str(path)
-
-
 # ----------------------------------------------------------------------------- MiCEval (hand-made fixture)
-
-def miceval_record(idx, image="dataset/image/vqav2/images/a.png", question="Is the ball red?", informative="No",
-                   relevance="Both", correctness="Fully correct", cot="Yes"):
-    return {
-        "idx": idx, "image": image, "question": question, "answer": "yes", "type": "description",
-        "steps": {
-            "1": {"step_idx": 1, "step": "The image shows a red ball.", "type_label": "Description",
-                  "description_relevance_label": relevance, "description_correctness_label": correctness,
-                  **({"description_error_label": ["Attribute false"]} if correctness != "Fully correct" else {})},
-            "2": {"step_idx": 2, "step": "So the ball is red.", "type_label": "Reasoning",
-                  "logic_relevant_label": "Relevant", "logic_correctness_label": "Correct",
-                  "informativeness_label": informative},
-        },
-        "cot_fully_correct": cot, "logic_fully_correct": "Yes", "description_fully_correct": "Yes",
-        "prediction_correct": "True", "answering_model": "gpt-4o", "cot_answer": "...",
-    }
-
 
 @pytest.fixture
 def miceval_dir(tmp_path):
@@ -108,19 +82,6 @@ def test_miceval_bad_records(miceval_dir, tmp_path, mutate, field):
 
 
 # ----------------------------------------------------------------------------- VISCO
-
-def visco_record(i, labels=(True, False, True), image=None):
-    b64 = base64.b64encode(image or png((0, 0, 255))).decode()
-    return {
-        "id": i, "question": "How many circles?", "image": b64, "label": "2",
-        "response": {"reasoning": [f"Step {k} text." for k in range(len(labels))], "answer": "3"},
-        "answer_correctness": False, "reasoning_correctness": list(labels),
-        "reasoning_critic": [["", "", ""] if ok else ["There are two circles.", "Only two.", "Miscounted."]
-                             for ok in labels],
-        "meta_data": {"critic_superskill": "Perception", "critic_skill": "counting",
-                      "src_dataset": "toy", "src_model": "m"},
-    }
-
 
 def test_visco(tmp_path):
     path = write_jsonl(tmp_path / "test.jsonl", [visco_record(0), visco_record(1, labels=(True, True))])

@@ -6,8 +6,7 @@ import os
 import re
 
 import pytest
-from helpers import chain, png
-from test_ingest import miceval_record, visco_record, write_jsonl
+from helpers import chain, miceval_record, png, visco_record, write_jsonl
 
 from stepcritic import cli
 from stepcritic.data_prep import ingest

@@ -1,6 +1,7 @@
 """The one-way flow data_prep -> train -> eval -> rewards -> serve, checked: judges that need no trained artifact
 import no training module, no shipped module imports test code, nothing the command can reach imports the test doubles
-of testing/, and no stage's modules import each other in a cycle."""
+of testing/, no stage's modules import each other in a cycle, and no test module imports another (what tests share
+lives in tests/helpers.py and the other modules of tests/ without the test_ prefix)."""
 
 import ast
 import json
@@ -225,3 +226,29 @@ def test_no_import_cycle_across_stages():
     # closes a loop
     spanning = [cycle for cycle in import_cycles(import_graph()) if len({stage_of(m) for m in cycle}) > 1]
     assert spanning == KNOWN_CYCLES["across stages"]
+
+
+def imports_of_test_modules(path: str) -> list[str]:
+    """Where the file at `path` imports a test module (`test_x`, `tests.test_x`), inside functions too."""
+    _, statements = import_statements(path, "tests." + os.path.basename(path)[:-3])
+    named = sorted((line, f"{base}.{name}" if base == "tests" else base) for line, base, names in statements
+                   for name in names or [""])
+    return [f"{line} imports {name.strip('.')}" for line, name in named
+            if any(part.startswith("test_") for part in name.split(".")[:2])]
+
+
+def test_the_test_module_scan_sees_imports_inside_functions(tmp_path):
+    (tmp_path / "a.py").write_text("import helpers\nfrom helpers import step\n\ndef f():\n    from test_x import y\n")
+    (tmp_path / "b.py").write_text("import test_x\nfrom tests import helpers, test_y\nfrom tests.test_z import w\n")
+    assert imports_of_test_modules(str(tmp_path / "a.py")) == ["5 imports test_x"]
+    assert imports_of_test_modules(str(tmp_path / "b.py")) == ["1 imports test_x", "2 imports tests.test_y",
+                                                             "3 imports tests.test_z"]
+
+
+def test_no_test_module_imports_another():
+    # a test module imported by another ties the two together (trimming one breaks the other, and a test function
+    # imported by name runs twice): what both need belongs in helpers.py or another module of tests/ without test_
+    sources = sorted(os.path.join(TESTS, name) for name in os.listdir(TESTS) if name.endswith(".py"))
+    offenders = [f"tests/{os.path.basename(path)}:{where}" for path in sources
+                 for where in imports_of_test_modules(path)]
+    assert len(sources) > 50 and offenders == []

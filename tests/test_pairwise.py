@@ -11,15 +11,12 @@ over items; MM-RLHF-RewardBench's ACC+ is checked on constructed items.
 import json
 
 import pytest
+from helpers import ShortestWins, ingest_fixture
 
-from stepcritic.cli import main as stepcritic
 from stepcritic.eval import pairwise as PW
-from stepcritic.eval.judges.base import Critique, Judge
 from stepcritic.eval.judges.generative import GenerativeJudge, Reply
 from stepcritic.eval.runner import evaluate
 from stepcritic.eval.tasks import TASKS
-
-FIXTURES = "tests/fixtures"
 
 
 def items(counts_and_hits: dict, field: str = "subset") -> list[dict]:
@@ -101,25 +98,6 @@ def test_the_task_is_opt_in():
     assert not TASKS["pairwise"].default
 
 
-def ingest(tmp_path, fmt, name) -> str:
-    out = str(tmp_path / fmt)
-    assert stepcritic(["data", "ingest", "--format", fmt, "--input", f"{FIXTURES}/{fmt}/{name}", "--out", out,
-                       "--on-error", "skip"]) == 0
-    return out
-
-
-class ShortestWins(Judge):
-    """Scores each response by its shortness, and gives step scores that rise along the chain."""
-
-    kind = "test-shortest"
-    needs_images = False
-
-    def judge_batch(self, chains):
-        return [Critique(c["chain_id"], [True] * len(c["steps"]),
-                         p_incorrect=[1.0 / (2 + i) for i in range(len(c["steps"]))],
-                         chain_score=-sum(len(s["text"]) for s in c["steps"])) for c in chains]
-
-
 class AlwaysFirst(GenerativeJudge):
     """A generative judge that answers every prompt "A": the first response shown, whichever it is."""
 
@@ -131,7 +109,7 @@ class AlwaysFirst(GenerativeJudge):
 
 
 def test_pairwise_through_eval_on_vl_rewardbench(tmp_path):
-    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    chains = ingest_fixture(tmp_path, "vl-rewardbench", "test.jsonl")
     metrics = evaluate(chains, [ShortestWins("shortest"), AlwaysFirst("first")], str(tmp_path / "out"),
                        tasks=("pairwise",), progress=False, log=lambda line: None)
     shortest = metrics["judges"]["shortest"]["overall"]["pairwise"]
@@ -150,7 +128,7 @@ def test_pairwise_through_eval_on_vl_rewardbench(tmp_path):
 
 
 def test_pairwise_score_selects_the_step_aggregate(tmp_path):
-    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    chains = ingest_fixture(tmp_path, "vl-rewardbench", "test.jsonl")
     metrics = evaluate(chains, [ShortestWins("shortest")], str(tmp_path / "out"), tasks=("pairwise",),
                        progress=False, log=lambda line: None, pairwise={"score": "min"})
     sec = metrics["judges"]["shortest"]["overall"]["pairwise"]
@@ -159,7 +137,7 @@ def test_pairwise_score_selects_the_step_aggregate(tmp_path):
 
 
 def test_acc_plus_on_the_mm_rlhf_fixture(tmp_path):
-    chains = ingest(tmp_path, "mm-rlhf-rewardbench", "mm_reward_bench.jsonl")
+    chains = ingest_fixture(tmp_path, "mm-rlhf-rewardbench", "mm_reward_bench.jsonl")
     metrics = evaluate(chains, [ShortestWins("shortest")], str(tmp_path / "out"), tasks=("pairwise",),
                        progress=False, log=lambda line: None)
     sec = metrics["judges"]["shortest"]["overall"]["pairwise"]

@@ -5,7 +5,7 @@ that name neither response are counted as unparseable, beside an accuracy that c
 
 import json
 
-from test_pairwise import ShortestWins, ingest
+from helpers import ShortestWins, ingest_fixture
 
 from stepcritic.eval import report as R
 from stepcritic.eval import tasks as T
@@ -79,7 +79,7 @@ def pairwise_run(chains, judges, out, **kw):
 
 
 def test_a_generative_judge_is_asked_the_pairs_and_no_critique_a_scorer_its_critiques(tmp_path):
-    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    chains = ingest_fixture(tmp_path, "vl-rewardbench", "test.jsonl")
     generative, scorer = Scripted("generative"), CountingScorer("scorer")
     metrics = pairwise_run(chains, [generative, scorer], tmp_path / "out")
     # the pairs in both orders, nothing more: no critique of any of the fixture's responses
@@ -94,7 +94,7 @@ def test_a_generative_judge_is_asked_the_pairs_and_no_critique_a_scorer_its_crit
 
 
 def test_a_rerun_asks_nothing_and_a_later_command_reads_both_judges_back(tmp_path):
-    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    chains = ingest_fixture(tmp_path, "vl-rewardbench", "test.jsonl")
     out = tmp_path / "out"
     asked_first = Scripted("generative")
     first = pairwise_run(chains, [asked_first, CountingScorer("scorer")], out)
@@ -115,7 +115,7 @@ def test_a_rerun_asks_nothing_and_a_later_command_reads_both_judges_back(tmp_pat
 
 
 def test_the_progress_bar_of_pair_questions_names_the_pairwise_task(tmp_path, capsys):
-    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    chains = ingest_fixture(tmp_path, "vl-rewardbench", "test.jsonl")
     capsys.readouterr()
     pairwise_run(chains, [Scripted("generative"), CountingScorer("scorer")], tmp_path / "out", progress=True)
     bars = capsys.readouterr().err
@@ -124,7 +124,7 @@ def test_the_progress_bar_of_pair_questions_names_the_pairwise_task(tmp_path, ca
 
 
 def test_the_diagnostics_text_describes_the_columns_of_the_tasks_shown(tmp_path):
-    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    chains = ingest_fixture(tmp_path, "vl-rewardbench", "test.jsonl")
     pairwise_run(chains, [Scripted("generative")], tmp_path / "out")
     report = (tmp_path / "out" / "report.md").read_text()
     diagnostics = report.split("## Diagnostics", 1)[1].split("\n## ", 1)[0]
@@ -138,7 +138,7 @@ def test_the_diagnostics_text_describes_the_columns_of_the_tasks_shown(tmp_path)
 
 
 def test_unparseable_replies_are_counted_and_shown_not_only_folded_into_accuracy(tmp_path):
-    chains = ingest(tmp_path, "vl-rewardbench", "test.jsonl")
+    chains = ingest_fixture(tmp_path, "vl-rewardbench", "test.jsonl")
     out = tmp_path / "out"
     metrics = pairwise_run(chains, [Unreadable("unreadable"), HalfUnreadable("half"), ShortestWins("scorer")], out)
     saved = json.loads((out / "metrics.json").read_text())["judges"]

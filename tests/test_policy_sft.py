@@ -3,8 +3,7 @@ shares (`data_prep/answers.py`)."""
 
 import pytest
 from datasets import load_from_disk
-from helpers import chain, chains, step
-from test_prompts import as_text, check_golden
+from helpers import as_text, chain, chains, check_golden, step
 
 from stepcritic.data_prep import answers, build, prompts, schema
 

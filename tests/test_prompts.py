@@ -9,12 +9,9 @@ import os
 
 import jinja2
 import pytest
-from helpers import chain, step
+from helpers import GOLDEN_DIR, as_text, chain, check_golden, step
 
 from stepcritic.data_prep import critique, prompts, schema
-
-GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
-UPDATE_GOLDEN = os.environ.get("STEPCRITIC_UPDATE_GOLDEN") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -30,25 +27,6 @@ def fixture_chain():
             step("Therefore the answer is blue.", correct=False, type="reasoning", logic_error="inter",
                  explanations=["It repeats the wrong colour from step 2."]),
         ]), "golden")
-
-
-def as_text(messages) -> str:
-    lines = []
-    for message in messages:
-        lines.append(f"<<{message['role']}>>")
-        lines += ["<image>" if part["type"] == "image" else part["text"] for part in message["content"]]
-    return "\n".join(lines) + "\n"
-
-
-def check_golden(name: str, text: str) -> None:
-    path = os.path.join(GOLDEN_DIR, f"{name}.txt")
-    if UPDATE_GOLDEN:
-        os.makedirs(GOLDEN_DIR, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    assert os.path.exists(path), f"missing golden file {path}; run with STEPCRITIC_UPDATE_GOLDEN=1"
-    with open(path, encoding="utf-8") as f:
-        assert text == f.read(), f"rendering of {name} changed; see this module's docstring to regenerate"
 
 
 def test_golden_critique(fixture_chain):

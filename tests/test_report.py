@@ -3,24 +3,15 @@
 import json
 import os
 
-import helpers
 import pytest
+from helpers import two_category_chains
 
-from stepcritic.data_prep.schema import save_chains, validate_chain
+from stepcritic.data_prep.schema import save_chains
 from stepcritic.eval import metrics as M
 from stepcritic.eval.report import leaderboard, render
 from stepcritic.eval.runner import build_judge, evaluate
 
 JUDGES = ("always-correct", "random,rate=0.4,seed=3")
-
-
-def two_category_chains():
-    chains = helpers.chains(8)
-    for c in chains[4:]:
-        c["category"] = "reasoning"
-    for step, premises in zip(chains[0]["steps"], ([], [], [0, 1])):  # one chain with a reasoning tree: RPTS applies
-        step["premises"] = premises
-    return [validate_chain(c) for c in chains]
 
 
 @pytest.fixture(scope="module")

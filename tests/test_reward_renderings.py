@@ -3,8 +3,7 @@ answer text is cut back into the source's steps, and every step gets the score `
 stored with those steps (same question, same picture)."""
 
 import pytest
-from helpers import png
-from test_reward_splitting import MICEVAL_STYLE, VISCO_STYLE, VISUALPROCESSBENCH_STYLE
+from helpers import MICEVAL_STYLE, VISCO_STYLE, VISUALPROCESSBENCH_STYLE, png
 
 from stepcritic.data_prep.schema import validate_chain
 from stepcritic.eval.judges.registry import build_judge

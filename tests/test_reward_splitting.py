@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import MICEVAL_STYLE, VISCO_STYLE, VISUALPROCESSBENCH_STYLE
 
 from stepcritic.rewards.splitting import SENTENCES, split_steps
 
@@ -90,32 +91,6 @@ def test_text_must_be_a_string():
 
 
 # ----------------------------------------------------------------------------- round trips, source by source
-
-# MiCEval: one chain of thought, its sentences the annotated steps (hand-made, in its style)
-MICEVAL_STYLE = [
-    ["The image shows two zebras standing close together.",
-     "The background includes a man-made fence and a feeding trough.",
-     "They are likely in a zoo."],
-    ["There is a red bus on the left side of the street.", "The bus has 2 decks.", "So the answer is yes!"],
-    ["Is the man holding anything?", "He holds a blue umbrella in his right hand.",
-     "Therefore, the umbrella is blue."],
-]
-# VISCO: a short `reasoning` paragraph split into sentences with nltk's sent_tokenize (hand-made, in its style)
-VISCO_STYLE = [
-    ["The bar for 2019 reaches 3.5 on the y-axis.", "The bar for 2020 reaches 4.0.",
-     "The increase is 4.0 - 3.5 = 0.5."],
-    ["The sign reads \"STOP.\"", "A stop sign is red and octagonal.", "Hence the shape is an octagon."],
-    ["The left image shows 3 apples (all green).", "The right image shows 2 apples.", "In total there are 5."],
-]
-# VisualProcessBench: paragraphs of a response, which may hold line breaks, formulas and lists (hand-made)
-VISUALPROCESSBENCH_STYLE = [
-    ["To find the area of the shaded region, we subtract the circle from the square.",
-     "The square has side 4, so its area is:\n$$A_s = 4^2 = 16$$",
-     "The circle has radius 2:\n- its area is $\\pi r^2 = 4\\pi$\n- about 12.57",
-     "So the shaded area is $16 - 4\\pi \\approx 3.43$."],
-    ["From the graph, the function crosses the x-axis at x = -1 and x = 3.", "The answer is B."],
-]
-
 
 @pytest.mark.parametrize("steps", MICEVAL_STYLE + VISCO_STYLE)
 def test_sentence_chains_round_trip_with_the_sentence_split(steps):

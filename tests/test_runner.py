@@ -9,6 +9,7 @@ import time
 
 import helpers
 import pytest
+from helpers import CountingJudge
 
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval.cache import JsonlLog
@@ -19,30 +20,6 @@ from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS_DIR)
 SLOW_JUDGE_LOG = "STEPCRITIC_TEST_SLOW_JUDGE_LOG"
-
-
-class CountingJudge(Judge):
-    """Flags the last step of every chain; counts what it is asked. `fail_after` is not an option, so
-    setting it does not change the fingerprint: it simulates a crash of the very same judge."""
-
-    kind = "test-counting"
-    needs_images = False
-    batch_size = 2
-
-    def __init__(self, spec, **options):
-        super().__init__(spec, **options)
-        self.judged, self.picks, self.fail_after = [], 0, None
-
-    def judge_batch(self, chains):
-        if self.fail_after is not None and len(self.judged) + len(chains) > self.fail_after:
-            raise ConnectionError("endpoint went away")
-        self.judged += [c["chain_id"] for c in chains]
-        return [Critique(c["chain_id"], [True] * (len(c["steps"]) - 1) + [False], answer_correct=False)
-                for c in chains]
-
-    def pick_best(self, chains):
-        self.picks += 1
-        return len(chains) - 1
 
 
 class SlowJudge(Judge):

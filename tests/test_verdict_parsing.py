@@ -3,13 +3,11 @@
 Each test failed on the code before the fix; the comment at each group says how.
 """
 
-import helpers
 import pytest
+from helpers import CannedVerifier, reasoning_chain
 
 from stepcritic.data_prep.critique import parse_critique, parse_label, parse_letter, to_bool
 from stepcritic.data_prep.prompts import VERIFIER_TASKS
-from stepcritic.data_prep.schema import validate_chain
-from stepcritic.eval.judges.generative import GenerativeJudge, Reply
 
 # ----------------------------------------------------------------------------- verdict and label parsing
 # Before: "Partially Correct" read as correct, "Not informative" as informative, "Not correct" as correct.
@@ -79,26 +77,6 @@ def test_a_brace_inside_an_explanation_does_not_hide_the_critique(text):
     # Before: objects were found by counting braces, strings included, so this critique was "no JSON found"
     parsed = parse_critique(text, 2)
     assert parsed.valid and parsed.verdicts == [False, True]
-
-
-class CannedVerifier(GenerativeJudge):
-    """A verifier judge whose replies come from a list, in order."""
-
-    kind = "canned"
-    needs_images = False
-
-    def __init__(self, spec, replies, **options):
-        super().__init__(spec, mode="verifier", **options)
-        self.replies = list(replies)
-
-    def generate(self, prompts):
-        out, self.replies = self.replies[:len(prompts)], self.replies[len(prompts):]
-        return [Reply(text=t) for t in out]
-
-
-def reasoning_chain(n_steps=4, chain_id="r0"):
-    steps = [helpers.step(f"Step {i} follows.", type="reasoning") for i in range(n_steps)]
-    return validate_chain(helpers.chain(chain_id, steps=steps))
 
 
 def test_verifier_judge_strict_mode_and_fingerprint():
