@@ -16,27 +16,16 @@ import time
 from collections import namedtuple
 
 # sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install) and --quick (target < 3 min, used
-# by a test). Both critics start from the shipped pretrained base (stepcritic/train/tiny/base), so the minutes go to
-# turning a base into a critic, most of them to the PRM. Its rows are asked briefly (`prm_brief`) and both critics'
-# rows are batched by length (`grouped`), which makes a step cheaper: 1,600 PRM steps cost
-# about what 1,000 did, and over three training seeds reached a higher step F1 than 1,000 steps of full-prompt rows
-# (docs/experiments.md, section 21; the seed alone moves it by up to 0.05 there, by up to 0.14 in section 20). The
-# writer gains with SFT steps (sections 20 to 22), and bfloat16 autocast, on a CPU that computes in it
-# (`cpu_has_bf16`), leaves time for 800 (section 22). 12,800 training chains, so that no PRM row is seen twice
-# (1,600 steps of 8, before rows were rehearsed beside them): against 4,000, they raised the PRM's step AUROC with
-# both seeds tried (0.897 and 0.909 to 0.956 and 0.923, rows with a line of rules then) and its AUROC on relation
-# steps most (0.771 and 0.653 to 0.946 and 0.863; section 23). Chains cost seconds to make.
+# by a test), both from the shipped pretrained base (stepcritic/train/tiny/base). The full plan spends its minutes on
+# steps rather than tokens: brief rows batched by length, 12,800 training chains so that each row is seen once, and
+# 800 writer steps that bfloat16 pays for (docs/tiny-critic.md has the measurements behind each).
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
-# generator's own, about 0.3); the held-out chains keep the generator's own. The tiny base's PRM gained nothing from
-# 0.45 (docs/experiments.md, section 6).
-# Sizes: fine-tuned at 1e-3 on the generator's own chains, where three size claims in four are right, the PRM wrote
-# every size claim's note from the claim's words, and no longer answered its base's own size questions (section 25).
-# Three changes together make it read sizes: size claims wrong about half of the time in the training chains
-# (`train_fault_rates`, `data synth --fault-rates`: the words then say nothing about sizes), the base's own scene
-# questions rehearsed beside the PRM's rows (`rehearsal_rows`, `train.tiny.rehearsal`, size questions drawn twice as
-# often as in the base's last phase) and a gentler learning rate than the recipe's 1e-3 (`prm_learning_rate`).
-# Without the rehearsal, or at 1e-3, its notes of size claims stayed at about chance. 1,920 PRM steps: each of the
-# 12,161 PRM rows and 3,200 rehearsed rows seen once (1,600 steps, seeing five in six, gave step F1 0.788).
+# generator's own, about 0.3); the held-out chains keep the generator's own.
+# SIZES: without size claims wrong about half of the time (`train_fault_rates`), the base's own scene questions
+# rehearsed beside the PRM's rows (`rehearsal_rows`) and a gentler learning rate than the recipe's 1e-3
+# (`prm_learning_rate`), the PRM writes a size claim's note from the claim's words instead of the picture
+# (docs/tiny-critic.md#sizes-need-rehearsal-a-gentler-learning-rate-and-size-claims-wrong-half-the-time). Its 1,920
+# steps see each PRM row and each rehearsed row once.
 SIZES = {"train_fault_rates": "bigger=0.75", "rehearsal_weights": "relation=3,bigger=6,where=2",
          "prm_learning_rate": 7e-4}
 PLANS = {
@@ -46,10 +35,8 @@ PLANS = {
               "train_error_rate": None, "rehearsal_rows": 40, **SIZES},
 }
 # On SmolLM2 (`--base smollm2`, recipes/tiny-smol) a step costs about 20 of the tiny critic's: fewer steps, and still
-# about three hours on 2 CPU cores; its 300 PRM steps and 60 SFT steps are the critics of docs/experiments.md,
-# section 12.
-# Its training chains have 43% of steps wrong (`--error-rate 0.45`): on 600 held-out chains the PRM then reached step
-# F1 0.656 and 0.657 with two seeds against 0.621 from the generator's own mix (docs/experiments.md, section 15).
+# about three hours on 2 CPU cores. Training chains with 43% of steps wrong (`--error-rate 0.45`) raise its PRM's
+# recall more than they cost precision (docs/tiny-critic.md#smollm2-what-a-pretrained-language-model-buys).
 SMOL_PLANS = {
     "full": {"n_train": 2000, "n_test": 200, "prm_steps": 300, "sft_steps": 60, "dpo_steps": 10, "batch": 8,
              "train_error_rate": 0.45, "train_fault_rates": None, "rehearsal_rows": None, "rehearsal_weights": None,
@@ -59,14 +46,12 @@ SMOL_PLANS = {
               "prm_learning_rate": None},
 }
 # per base: the recipe folder, how its judges load (SmolLM2's critics score in bfloat16, twice as fast), the notes
-# its critics write before each verdict (True: the step as the image has it, `--prm-notes`; "check": the questions
-# that check it, answered, `--prm-notes check`, which measured no better on SmolLM2: docs/experiments.md, section 13;
-# "claims-said": what the step says asked yes/no, answered as the tiny base answers, reading first: section 16), the
+# its critics write before each verdict (True: the step as the image has it, `--prm-notes`; "claims-said": what the
+# step says asked yes/no and answered as the tiny base answers, reading first, the form the tiny PRM learns best), the
 # prompt template of the PRM's rows (the trained PRM records it and is judged with it; None: `prm`), and how the
-# critique writer is made: the prompt template of its rows and of its judge, and whether its SFT starts from
-# the trained PRM, which already writes those notes, instead of the base. On the tiny base the default critique
-# prompt is three quarters of every row and the writer learnt nothing in 60 steps from the base (it called every
-# step correct); from the PRM, asked briefly, a step costs 2.5 times less (section 17).
+# critique writer is made: the prompt template of its rows and of its judge, and whether its SFT starts from the
+# trained PRM, which already writes those notes; from the tiny base the writer calls every step correct
+# (docs/tiny-critic.md#the-critique-writer-starts-from-the-prm-and-gets-steps).
 Base = namedtuple("Base", "folder judged notes prm_template writer_template writer_from_prm grouped")
 BASES = {"tiny": Base("tiny", "", "claims-said", "prm_brief", "critique_brief", True, True),
          "smollm2": Base("tiny-smol", ",dtype=bfloat16", True, None, None, False, False)}
@@ -77,9 +62,8 @@ GROUPED = {"train_sampling_strategy": "group_by_length"}
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes in bfloat16 natively (avx512_bf16 or AMX). There bfloat16 autocast trains the tiny
-    critics 1.25 to 1.4 times as fast as float32 (with seed 0 to the same held-out numbers; docs/experiments.md,
-    section 22); elsewhere it is emulated, slower than float32, so the demo keeps float32 (the recipes'
-    `bf16: false`)."""
+    critics 1.25 to 1.4 times as fast as float32 (docs/tiny-critic.md); elsewhere it is emulated, slower than
+    float32, so the demo keeps float32 (the recipes' `bf16: false`)."""
     import torch
 
     # torch capped below AVX-512 (ATEN_CPU_CAPABILITY=avx2, as on most CPUs) runs bfloat16 emulated
@@ -243,7 +227,7 @@ def main(args: argparse.Namespace) -> int:
         chains = load_chains(os.path.join(data, "train-chains"))
         for kind in ("prm-sft", "critique-sft", "critique-pref"):
             # the PRM writes a note before its verdict (`data build --prm-notes`): a verdict alone is an XOR of
-            # words and picture, which a small model learns too slowly (docs/experiments.md); so does the critique
+            # words and picture, which a small model learns too slowly (docs/tiny-critic.md); so does the critique
             # writer, under "shows" before each verdict (`data build --critique-notes`)
             options = {"prm_notes": notes, "template": base_kind.prm_template} if kind == "prm-sft" else \
                 {"critique_notes": notes, "template": base_kind.writer_template}

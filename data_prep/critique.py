@@ -32,7 +32,7 @@ def step_note(step: dict) -> str | None:
     Why a note: the synthetic labels are built so that neither a step's words nor the image alone predict them,
     only the two together (an XOR), and a model trained on the verdict alone gets no gradient towards either half:
     it stays at the label prior. Writing the step as the image has it first is a plain look-up with a signal of its
-    own, and the verdict then compares two pieces of text (docs/experiments.md). A correct step reads as it is; an
+    own, and the verdict then compares two pieces of text (docs/tiny-critic.md). A correct step reads as it is; an
     incorrect one as its `correction`, or, when no rewording fixes it (irrelevant, repeated), as its first reference
     critique; None when an incorrect step has neither.
     """

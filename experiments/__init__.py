@@ -1,5 +1,5 @@
 """Experiments, not tests and not benchmarks: each asks what the tiny critic or its base can learn, and prints what
-it measured; docs/experiments.md holds their results and the commands that produced them.
+it measured; docs/tiny-critic.md states what they found, with the numbers.
 
     python -m stepcritic.experiments.perception_probe          can the tiny critic read its images?
     python -m stepcritic.experiments.base_probe --model DIR    what a tiny base answers about its scenes

@@ -22,8 +22,8 @@ of image tokens, each aligned to one word (where, size, colour, shape), as a cap
 
 `--scene words` is the alignment made perfect: no picture, each image token is exactly the sum of the current word
 embeddings of its cell's words (with `--tokens-per-cell 4`, one word each; a token with no word is a zero vector).
-It asks whether the look-up is slow because of the picture or because of the form of its tokens (docs/experiments.md,
-section 11: the form).
+It asks whether the look-up is slow because of the picture or because of the form of its tokens (the form:
+docs/tiny-critic.md).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, re
                 merged: bool = False, **init_kwargs):
     """(model, processor) from `path`. An adapter folder comes back as a `PeftModel` (adapter trainable only when
     `trainable`), or with `merged` as its base with the adapter merged in, for judging: a LoRA layer kept apart runs
-    three matrix products where a merged one runs one (docs/experiments.md, section 17). `dtype` and `init_kwargs`
+    three matrix products where a merged one runs one (docs/tiny-critic.md). `dtype` and `init_kwargs`
     go to `from_pretrained` (a torch dtype, its name, or "auto")."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 

@@ -1,10 +1,8 @@
 """Rehearsal: rows of a base's own pre-training tasks mixed into a critic's training rows (recipe keys
 `rehearsal_path`, `rehearsal_rows`).
 
-Fine-tuning a small base on one task overwrites what that task rewards only weakly. The tiny base reads the sizes
-of shapes (its probe: 1.000), yet a PRM fine-tuned from it at the tiny recipe's learning rate (1e-3) writes every
-size claim's note from the claim's words, and answers the base's own size questions at chance even when they are
-rehearsed (docs/experiments.md, section 25; at 3e-4, rehearsed, it keeps 0.98).
+Fine-tuning a small base on one task overwrites what that task rewards only weakly: a PRM fine-tuned from the tiny
+base, which reads the sizes of shapes, writes every size claim's note from the claim's words (docs/tiny-critic.md).
 Replaying the base's scene questions beside the critic's rows keeps the reading alive, as pre-training data is
 replayed in continual fine-tuning. Any dataset of chat rows (`messages`, and `images` for a VLM) can be rehearsed:
 for the tiny base, `python -m stepcritic.train.tiny.rehearsal` writes its scene questions.

@@ -17,7 +17,7 @@ probability the model gives to the step's own text as its note, taken at the ste
 the model would write as it stands scores near 1; one whose value it would write otherwise (a colour, a count)
 scores the probability of that wrong token. Why not the verdict: comparing note and step is itself an XOR of two
 tokens, which a model trained from scratch learns far more slowly than the look-up the note needs
-(docs/experiments.md); the verdict is still trained and ends each note. The greedy note and a `+` placeholder then
+(docs/tiny-critic.md); the verdict is still trained and ends each note. The greedy note and a `+` placeholder then
 stay in the context for later steps, as in training. A PRM whose notes check the step (`--prm-notes check`: questions
 about the image with its answers, `stepcritic_prm_notes: "check"`) is read from the verdict after its own note:
 P(`+`) against P(`-`) where the note ends, since the step's text is not what such a note would say. That verdict

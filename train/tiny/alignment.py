@@ -1,7 +1,7 @@
 """LLaVA's first stage for the tiny base: image tokens pulled towards the word embeddings of what they show.
 
 A fresh tiny language model learns to find a named shape among tokens that each hold one word, with nothing at the
-empty places, as a short caption has them (docs/experiments.md, section 11). An image token that reads like such a
+empty places, as a short caption has them (docs/tiny-critic.md). An image token that reads like such a
 word is found the same way; one that reads like nothing the model has seen is not. So each image token gets a target:
 
 - one token per grid cell (32 px patches): the sum of the embeddings of the words that name the cell (" top",

@@ -48,8 +48,8 @@ def caption(items: list[Item]) -> str:
 # With `say_first`, an answer first says what it is about and what it reads off the picture, then answers: "What
 # colour is the circle?" -> "circle red", "Is the circle red?" -> "circle blue no". The token the answer is predicted
 # from is then the name of what to look for, and a look-up is one hop: find the image token that holds the circle,
-# read it (docs/experiments.md, section 11: the colour of a named shape is learnt from the picture in 1,200 steps
-# this way, and not in 10,750 without). A yes/no check reads first and compares after, as a critic's note does.
+# read it (docs/tiny-critic.md, "The look-up is the language model's"). A yes/no check reads first and compares
+# after, as a critic's note does.
 def _said(question: str, answer: str, reading: str, say_first: bool) -> tuple[str, str]:
     return question, f"{reading} {answer}" if say_first else answer
 

