@@ -11,6 +11,8 @@ from stepcritic.train import archs
 from stepcritic.train.config import parse_recipe
 
 QWEN_SFT = Path(__file__).resolve().parent.parent / "recipes" / "qwen2.5-vl-3b" / "sft-lora.yaml"
+# one timed step of a tiny config, batch 2: 0.68-21.5 samples/s measured on a loaded 2-core AMD EPYC with AVX-512
+MIN_SAMPLES_PER_S = 0.1
 
 
 def tiny_qwen(*overrides):
@@ -83,7 +85,7 @@ def test_train_throughput_reports_a_run_with_images():
     recipe = parse_recipe(str(QWEN_SFT), ["--per_device_train_batch_size", "2"])
     report = bench.train_throughput(recipe, steps=1, real_size=False, seq_len=64, image_size=56)
     assert report["image_tokens_per_sample"] == 4 and report["seq_len"] == 64
-    assert report["trainable"] < report["parameters"] and report["samples_per_s"] > 0
+    assert report["trainable"] < report["parameters"] and report["samples_per_s"] >= MIN_SAMPLES_PER_S
     assert report["distributed"] == "NO" and "mfu" not in report  # no GPU, no utilisation
 
 
@@ -99,7 +101,7 @@ def test_fused_loss_equals_the_full_logits_loss_with_images_and_lora():
         full, fused = model(**batch).loss, model(**batch, fused_lm_head=True).loss
     assert torch.allclose(full, fused, rtol=1e-4), (full, fused)
     report = bench.train_throughput(recipe, steps=1, real_size=False, seq_len=48, image_size=56, loss="full")
-    assert report["loss"] == "full" and report["samples_per_s"] > 0
+    assert report["loss"] == "full" and report["samples_per_s"] >= MIN_SAMPLES_PER_S
 
 
 @pytest.mark.parametrize("folder, image_size", [("qwen3-vl-4b", 64), ("gemma-3-4b", None), ("internvl3-2b", None)])
@@ -117,7 +119,7 @@ def test_new_families_benchmark_with_the_fused_loss_they_train_with(folder, imag
     assert torch.allclose(full, fused, rtol=1e-4), (full, fused)
     report = bench.train_throughput(recipe, steps=1, real_size=False, seq_len=48, image_size=image_size)
     assert report["image_tokens_per_sample"] == (4 if image_size else 0)  # 64 px: 2 x 2 merged 16 px patches
-    assert report["trainable"] < report["parameters"] and report["samples_per_s"] > 0
+    assert report["trainable"] < report["parameters"] and report["samples_per_s"] >= MIN_SAMPLES_PER_S
     if image_size is None:  # their image inputs are laid out otherwise: refused, not faked
         with pytest.raises(ValueError, match="Qwen2-VL family"):
             bench.synthetic_batch(model, 1, 48, 64, "cpu")

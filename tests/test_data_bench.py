@@ -5,6 +5,9 @@ import json
 
 from stepcritic.bench import data_stage as bench
 
+# each stage a fresh `python -m stepcritic` on 6 or 12 chains: 1.0-1.6 s on a loaded 2-core AMD EPYC with AVX-512
+MAX_STAGE_SECONDS = 10
+
 
 def test_bench_reports_each_stage_for_each_n_and_the_time_ratio(tmp_path, capsys):
     report_path = tmp_path / "report.json"
@@ -16,8 +19,8 @@ def test_bench_reports_each_stage_for_each_n_and_the_time_ratio(tmp_path, capsys
     for run in report["runs"]:
         assert [s["stage"] for s in run["stages"]] == ["synth", "ingest", "build/prm-sft", "build/outcome-rm"]
         assert run["canonical_jsonl"]["chains"] == run["n_chains"]
-        assert all(s["ok"] and s["peak_rss_mib"] > 50 and s["chains_per_s"] > 0 and 0 < s["cpu_seconds"]
-                   for s in run["stages"])
+        assert all(s["ok"] and s["peak_rss_mib"] > 50 and s["chains_per_s"] >= run["n_chains"] / MAX_STAGE_SECONDS
+                   and 0 < s["cpu_seconds"] for s in run["stages"])
     assert report["scaling"]["n_ratio"] == 2 and set(report["scaling"]["time_ratio"]) == {
         "synth", "ingest", "build/prm-sft", "build/outcome-rm"}
     out = capsys.readouterr().out

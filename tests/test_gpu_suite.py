@@ -11,6 +11,8 @@ import torch
 from stepcritic.bench import gpu_suite
 
 pytestmark = pytest.mark.usefixtures("private_tiny_cache")
+# dry-suite lows on a loaded 2-core AMD EPYC with AVX-512: 0.36 samples/s, 23 tokens/s, 8.3 chains/s, 0.2 steps/s
+MIN_SAMPLES_PER_S, MIN_TOKENS_PER_S, MIN_CHAINS_PER_S, MIN_STEPS_PER_S = 0.05, 3, 1, 0.03
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,8 @@ def test_dry_run_records_every_unit_ok_or_skipped_with_sane_fields(dry_suite):
         lora = state["units"][f"throughput/{model}/lora"]["result"]
         assert [p["per_device_batch_size"] for p in lora["points"]] == list(gpu_suite.DRY.batches)
         assert lora["largest_fitting_batch"] == gpu_suite.DRY.batches[-1] and lora["oom_at_batch"] is None
-        assert all(p["samples_per_s"] > 0 and p["tokens_per_s"] > 0 and p["loss"] == "fused" for p in lora["points"])
+        assert all(p["samples_per_s"] >= MIN_SAMPLES_PER_S and p["tokens_per_s"] >= MIN_TOKENS_PER_S
+                   and p["loss"] == "fused" for p in lora["points"])
         assert "refuses" in lora["padding_free"]  # every Qwen-VL family refuses padding-free batches
         liger = state["units"][f"throughput/{model}/liger"]
         if importlib.util.find_spec("liger_kernel") is None:
@@ -52,11 +55,11 @@ def test_dry_run_records_every_unit_ok_or_skipped_with_sane_fields(dry_suite):
 
     scoring = state["units"]["prm-scoring"]["result"]
     assert scoring["chains"] == scoring["chains_requested"] == gpu_suite.DRY.scoring_chains
-    assert scoring["chains_per_s"] > 0 and scoring["stopped"] is None
+    assert scoring["chains_per_s"] >= MIN_CHAINS_PER_S and scoring["stopped"] is None
 
     for variant in ("padded", "padding-free"):
         tiny = state["units"][f"tiny-gpu/{variant}"]["result"]
-        assert tiny["steps"] == gpu_suite.DRY.tiny_steps and tiny["steps_per_s"] > 0
+        assert tiny["steps"] == gpu_suite.DRY.tiny_steps and tiny["steps_per_s"] >= MIN_STEPS_PER_S
         assert tiny["padding_free"] is (variant == "padding-free")
 
 
