@@ -11,7 +11,7 @@ question alone, as the "rows" layout asks it. Rewards, per sampled completion:
 - verifier-sft: 1 when the reply is the gold label, 0 when it is another known label of the task,
   `UNPARSEABLE_REWARD` otherwise.
 
-policy-sft rows train a policy instead, with its answers and a critic as rewards: `policy_grpo`.
+policy-sft rows train a policy instead, with its answers and a critic as rewards: `policy_grpo` (`run.method_module`).
 """
 
 from __future__ import annotations
@@ -141,10 +141,6 @@ def build_trainer(recipe, model, processor, train_data, eval_data):
     from trl import GRPOTrainer
 
     kind = recipe.script_args.dataset_kind
-    if kind == "policy-sft":  # a policy, rewarded by its answers and a critic
-        from stepcritic.train import policy_grpo
-
-        return policy_grpo.build_trainer(recipe, model, processor, train_data, eval_data)
     reward = critique_reward if kind == "critique-sft" else verifier_reward
     model = common.prepare_model(recipe, model)
     # TRL 1.16 left-pads the prompts it generates from, but re-encodes them for the training forward pass with

@@ -25,6 +25,13 @@ from stepcritic.train import common, fast_masks, length_groups, preflight
 METHOD_MODULES = {"sft": "sft", "prm": "prm", "dpo": "dpo", "reward": "reward", "grpo": "grpo"}
 
 
+def method_module(recipe) -> str:
+    """The module that builds the recipe's trainer: GRPO of a policy (policy-sft rows) has its own."""
+    if recipe.script_args.method == "grpo" and recipe.script_args.dataset_kind == "policy-sft":
+        return "policy_grpo"
+    return METHOD_MODULES[recipe.script_args.method]
+
+
 def _setup_logging(training_args) -> None:
     import transformers
 
@@ -154,7 +161,6 @@ def train(recipe) -> dict:
     from transformers import set_seed
 
     args = recipe.training_args
-    method = recipe.script_args.method
     # first: a wrong dataset or model path stops here, before any logging noise
     data_note = preflight.check_dataset_kind(recipe)
     preflight.check_model_path(recipe)
@@ -168,7 +174,7 @@ def train(recipe) -> dict:
     set_seed(args.seed)
 
     fast_masks.install()  # transformers' assistant-mask loop dominated tiny-critic steps
-    module = importlib.import_module(f"stepcritic.train.{METHOD_MODULES[method]}")
+    module = importlib.import_module(f"stepcritic.train.{method_module(recipe)}")
     model, processor = common.load_model(recipe)
     trainer = module.build_trainer(recipe, model, processor, train_data, eval_data)
     if length_groups.install(trainer, train_data):
