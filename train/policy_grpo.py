@@ -23,8 +23,6 @@ from stepcritic.data_prep import answers, contract
 from stepcritic.train import common, modality
 from stepcritic.train.grpo import completion_text
 
-REWARDS = ("outcome", "critic")
-
 
 def gold_answer_row(row: dict) -> dict:
     """A policy-sft row as a GRPO row: its user turn as the prompt, the answer its chain states as `gold_answer`."""
