@@ -483,7 +483,7 @@ def build_dataset(chains, kind: str, out_dir: str, test_fraction: float = 0.1, s
                   allow_empty: bool = True, progress: bool = False, critique_notes: bool = False) -> dict:
     """Build one dataset kind from canonical chains, save it under `out_dir`, return the build stats.
 
-    `prm_notes` (prm-sft): each judgement comes after the step as it should read (`prompts.prm_note`).
+    `prm_notes` (prm-sft): each judgement comes after the step as it should read (`critique.step_note`).
     `critique_notes` (critique-sft, critique-pref): each step of the critique says what the image shows ("shows",
     the same note) before its verdict.
     `verifier_layout` (verifier-sft): "rows", "task" or "chain" (`build_rows.VERIFIER_LAYOUTS`).

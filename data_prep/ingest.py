@@ -147,13 +147,6 @@ class LabelCounts:
         return {k: dict(sorted(v.items())) for k, v in sorted(self.counts.items())}
 
 
-def label_counts(chains) -> dict:
-    counts = LabelCounts()
-    for c in chains:
-        counts.add(c)
-    return counts.result()
-
-
 # Up to this many rejections are listed in stats.json itself; beyond it stats.json keeps the first ones and every
 # rejection is listed in rejected.jsonl beside it (a few hundred thousand records with a systematic fault would
 # otherwise make stats.json, and the memory that holds it, as big as the input's error list).

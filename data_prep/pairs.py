@@ -231,20 +231,6 @@ def apply_corruption(chain: dict, name: str, pool: ExplanationPool, rng: random.
     return rejected
 
 
-def corrupt_critique(chain: dict, mix: dict[str, float], pool: ExplanationPool,
-                     rng: random.Random) -> tuple[str, dict] | None:
-    """Draw one corruption that applies to this chain (by weight) and return (name, rejected critique).
-
-    Returns None when no corruption with a positive weight applies. One chain on its own: `plan_corruptions`
-    draws for a whole split so that the realised mix matches the weights.
-    """
-    names = applicable(chain, mix, pool)
-    if not names:
-        return None
-    name = rng.choices(names, weights=[mix[n] for n in names])[0]
-    return name, apply_corruption(chain, name, pool, rng)
-
-
 def _max_flow_plan(options: Counter, quotas: dict[str, int]) -> dict[tuple, Counter] | None:
     """How many chains of each option tuple take each corruption so that every quota is met exactly, or None.
 

@@ -300,7 +300,6 @@ def _prm_conversation(chain: dict, judgements: list[str], template, notes: bool 
 
 
 # the PRM's notes are the critique's: the step as the image has it, or the questions that check it (`critique.py`)
-prm_note = critique.step_note
 prm_notes_of = critique.chain_notes
 PRM_NOTE_STYLES = critique.NOTE_STYLES
 note_style = critique.note_style
@@ -319,7 +318,7 @@ def prm_turn(judgement: str, note: str | None = None) -> str:
 
 def prm_messages(chain: dict, template: str | PromptTemplate | None = None, notes: bool = False) -> list[dict]:
     """Step-by-step conversation whose assistant turns are the gold `+`/`-` judgements (PRM training), each after
-    the step's note (`prm_note`) when `notes`."""
+    the step's note (`critique.step_note`) when `notes`."""
     judgements = []
     written = prm_notes_of(chain, notes) if notes else [None] * len(chain["steps"])
     for i, (step, note) in enumerate(zip(chain["steps"], written)):

@@ -838,9 +838,12 @@ def iter_synthesize(n: int, seed: int = 0, image_size: int = 96, chains_per_ques
 
 
 class LabelStats:
-    """`label_stats` added up one chain at a time. Of each group it keeps only what `group_stats` asks (its chain
-    count, whether every chain is correct, the distinct step texts and answers, hashed), not the chains: two groups
-    can share an id (the same scene and question drawn twice), so no group is ever final before the end."""
+    """Counts of labels and injected faults, for the CLI report and for checking the mix, added up one chain at a time.
+    Of each group it keeps only what the group counts ask (its chain count, whether every chain is correct, the
+    distinct step texts and answers, hashed), not the chains: two groups can share an id (the same scene and question
+    drawn twice), so no group is ever final before the end. The group counts say how many groups (of two or more
+    chains) can teach nothing by contrast: every chain the same steps and answer, or no faulty chain at all
+    (outcome-rm skips those; ShiftCheck has no wrong option)."""
 
     def __init__(self):
         self.chains = self.steps = self.incorrect = self.fully_correct = self.answers_correct = 0
@@ -887,33 +890,10 @@ class LabelStats:
         }
 
 
-def label_stats(chains: list[dict]) -> dict:
-    """Counts of labels and injected faults, for the CLI report and for checking the mix."""
-    totals = LabelStats()
-    for c in chains:
-        totals.add(c)
-    return totals.result()
-
-
-def group_stats(chains: list[dict]) -> dict:
-    """How many groups (of two or more chains) can teach nothing by contrast: every chain the same steps and
-    answer, or no faulty chain at all (outcome-rm skips those; ShiftCheck has no wrong option)."""
-    groups: dict[str, list[dict]] = {}
-    for c in chains:
-        groups.setdefault(c["group_id"], []).append(c)
-    multi = [g for g in groups.values() if len(g) > 1]
-    return {
-        "groups_with_several_chains": len(multi),
-        "groups_identical_chains": sum(len({(tuple(s["text"] for s in c["steps"]), c["final_answer"]) for c in g}) == 1
-                                       for g in multi),
-        "groups_without_faulty_chain": sum(all(c["chain_correct"] for c in g) for g in multi),
-    }
-
-
 def synthesize_to_disk(n: int, seed: int, out_dir: str, image_size: int = 96, chains_per_question: int = 3,
                        error_rate: float | None = None, level: str = "standard", overwrite: bool = True,
                        progress: bool = False, fault_rates: dict | None = None) -> dict:
-    """Generate, validate and save `n` chains with `schema.save_chains`, with `stats.json` (`label_stats` and
+    """Generate, validate and save `n` chains with `schema.save_chains`, with `stats.json` (`LabelStats` and
     the options) and a dataset card (README.md) next to them; returns the stats plus `out_dir`.
 
     The folder appears at `out_dir` only once complete (`outputs.staged`); an existing one is replaced then, or,

@@ -85,6 +85,16 @@ def two_category_chains():
     return [validate_chain(c) for c in chains_]
 
 
+def label_stats(chains) -> dict:
+    """`synth.LabelStats` of a list of chains: what `data synth` writes to stats.json."""
+    from stepcritic.data_prep.synth import LabelStats
+
+    totals = LabelStats()
+    for c in chains:
+        totals.add(c)
+    return totals.result()
+
+
 def reasoning_chain(n_steps=4, chain_id="r0"):
     steps = [step(f"Step {i} follows.", type="reasoning") for i in range(n_steps)]
     return validate_chain(chain(chain_id, steps=steps))

@@ -7,7 +7,7 @@ import random
 from collections import Counter
 
 import pytest
-from helpers import chain, chains, step
+from helpers import chain, chains, label_stats, step
 
 from stepcritic import cli
 from stepcritic.data_prep import build, pairs, schema, synth
@@ -29,13 +29,16 @@ def test_synth_writes_stats_and_a_card_and_prints_the_counts(tmp_path, capsys):
     assert f"{stats['groups_with_several_chains']} of 3 groups hold two chains or more" in card
 
 
-def test_group_stats_count_identical_and_fault_free_groups():
-    clean = [chain(f"a{i}", group_id="a") for i in range(2)]  # identical, no faulty chain
-    mixed = [chain("b0", group_id="b"), chain("b1", group_id="b", answer="blue", answer_correct=False)]
-    alone = [chain("c0", group_id="c")]
+def test_the_group_counts_count_identical_and_fault_free_groups():
+    meta = {"question_type": "colour", "step_faults": [None] * 3, "independent_after_error": False}  # as synth writes
+    clean = [chain(f"a{i}", group_id="a", meta=meta) for i in range(2)]  # identical, no faulty chain
+    mixed = [chain("b0", group_id="b", meta=meta),
+             chain("b1", group_id="b", answer="blue", answer_correct=False, meta=meta)]
+    alone = [chain("c0", group_id="c", meta=meta)]
     records = [schema.validate_chain(c, c["chain_id"]) for c in clean + mixed + alone]
-    assert synth.group_stats(records) == {"groups_with_several_chains": 2, "groups_identical_chains": 1,
-                                          "groups_without_faulty_chain": 1}
+    stats = label_stats(records)
+    assert (stats["groups_with_several_chains"], stats["groups_identical_chains"],
+            stats["groups_without_faulty_chain"]) == (2, 1, 1)
 
 
 def unexplained(records):

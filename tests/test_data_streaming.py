@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 from datasets import Dataset, Image, List, load_from_disk
-from helpers import chain, png, step
+from helpers import chain, label_stats, png, step
 
 from stepcritic.data_prep import arrow_io, build, build_rows, ingest, labels, schema, synth
 from stepcritic.data_prep.splits import split_by_group
@@ -208,7 +208,7 @@ def test_synth_to_disk_streams_the_chains_and_counts_of_synthesize(tmp_path):
     saved = load_from_disk(str(tmp_path / "s")).cast_column("image", Image(decode=False))
     assert saved.to_list() == Dataset.from_list(chains, features=schema.features()).cast_column(
         "image", Image(decode=False)).to_list()
-    assert {k: stats[k] for k in synth.label_stats(chains)} == json.loads(json.dumps(synth.label_stats(chains)))
+    assert {k: stats[k] for k in label_stats(chains)} == json.loads(json.dumps(label_stats(chains)))
     assert stats["groups_with_several_chains"] == 13  # ceil(40 / 3) = 14 groups, the last of one chain
 
 
@@ -216,9 +216,15 @@ def test_synth_counts_groups_whose_chains_are_apart():
     # the same scene and question drawn twice share a group id, far apart in the stream (seen at 200,000 chains)
     chains = synth.synthesize(24, seed=5, image_size=32)
     apart = chains[::2] + chains[1::2]
-    assert synth.label_stats(apart) == synth.label_stats(chains)
-    assert {k: synth.label_stats(apart)[k] for k in synth.group_stats(chains)} == synth.group_stats(chains)
-    assert synth.group_stats(chains)["groups_with_several_chains"] == 8
+    assert label_stats(apart) == label_stats(chains)
+    groups = {}
+    for c in chains:
+        groups.setdefault(c["group_id"], []).append(c)
+    multi = [g for g in groups.values() if len(g) > 1]
+    assert len(multi) == label_stats(apart)["groups_with_several_chains"] == 8
+    assert label_stats(apart)["groups_identical_chains"] == sum(
+        len({(tuple(s["text"] for s in c["steps"]), c["final_answer"]) for c in g}) == 1 for g in multi)
+    assert label_stats(apart)["groups_without_faulty_chain"] == sum(all(c["chain_correct"] for c in g) for g in multi)
 
 
 def test_a_canonical_jsonl_loads_through_the_generator_and_sees_edits(tmp_path):

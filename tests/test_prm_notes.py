@@ -10,7 +10,7 @@ import torch
 from datasets import load_from_disk
 from helpers import chain, step
 
-from stepcritic.data_prep import prompts, schema
+from stepcritic.data_prep import critique, prompts, schema
 from stepcritic.data_prep.build import BuildError, build_dataset, check_options
 from stepcritic.data_prep.synth import synthesize
 from stepcritic.train.prm import judgement_mask, writes_notes
@@ -26,7 +26,7 @@ def noted_chain(chain_id="c0", group_id=None):
 
 def test_a_note_is_the_step_as_it_should_read():
     c = schema.validate_chain(noted_chain())
-    assert [prompts.prm_note(s) for s in c["steps"]] == [
+    assert [critique.step_note(s) for s in c["steps"]] == [
         "The circle is red.", "The circle is at the top right.", "The step is not about the question.",
         "So the answer is red."]
     turns = [m["content"][0]["text"] for m in prompts.prm_messages(c, notes=True) if m["role"] == "assistant"]

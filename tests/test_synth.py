@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import label_stats
 from PIL import Image
 
 from stepcritic.data_prep import schema, synth
@@ -228,13 +229,13 @@ def test_groups_mix_clean_and_faulty_chains(chains):
         assert len({(c["question"], c["image"]["bytes"]) for c in g}) == 1
     mixed = sum(any(c["chain_correct"] for c in g) and not all(c["chain_correct"] for c in g) for g in groups.values())
     assert mixed / len(groups) > 0.75
-    stats = synth.label_stats(chains)
+    stats = label_stats(chains)
     assert 0.25 <= stats["step_error_rate"] <= 0.40
     assert 0.4 <= stats["chains_fully_correct"] / len(chains) <= 0.65
 
 
 def test_error_taxonomy_is_covered(chains):
-    stats = synth.label_stats(chains)
+    stats = label_stats(chains)
     assert set(stats["description_errors"]) == set(schema.DESCRIPTION_ERRORS)
     assert min(stats["description_errors"].values()) > 0
     assert stats["logic_errors"].get("inter", 0) > 0 and stats["logic_errors"].get("intra", 0) > 0
@@ -260,8 +261,8 @@ def test_later_steps_can_be_independent_of_an_earlier_error(chains):
 
 def test_error_rate_rescales_faults():
     assert all(c["chain_correct"] for c in synth.synthesize(60, seed=1, error_rate=0.0))
-    low = synth.label_stats(synth.synthesize(300, seed=1, error_rate=0.1))["step_error_rate"]
-    high = synth.label_stats(synth.synthesize(300, seed=1, error_rate=0.5))["step_error_rate"]
+    low = label_stats(synth.synthesize(300, seed=1, error_rate=0.1))["step_error_rate"]
+    high = label_stats(synth.synthesize(300, seed=1, error_rate=0.5))["step_error_rate"]
     assert low < 0.2 < high
 
 
