@@ -80,17 +80,6 @@ def oracle_accuracy(correct: list[bool]) -> float:
     return float(any(correct))
 
 
-def subset_values(candidates: list[dict], selectors=SELECTORS) -> dict:
-    """Every method's accuracy on one set of candidates ({"correct", "answer", "scores": {selector: score}}); the
-    selectors not in `selectors` (the judge gives no such score) are None."""
-    correct = [c["correct"] for c in candidates]
-    out = {s: pick_accuracy([c["scores"].get(s) for c in candidates], correct) if s in selectors else None
-           for s in SELECTORS}
-    out.update(random=random_accuracy(correct), oracle=oracle_accuracy(correct),
-               majority=majority_accuracy([c["answer"] for c in candidates], correct))
-    return out
-
-
 # ----------------------------------------------------------------------------- many subsets at once
 
 def _row(candidate) -> tuple:
@@ -118,8 +107,9 @@ class _Table:
 
 
 def _rows_values(table: _Table, idx, selectors) -> dict:
-    """`subset_values` of many subsets of one size at once (`idx`: one row of candidate positions per subset), NaN
-    for None; each value computed with the same operations, so the same float."""
+    """Every method's accuracy on many subsets of one size at once (`idx`: one row of candidate positions per subset):
+    `pick_accuracy` by each selector in `selectors` (the others NaN), `random_accuracy`, `oracle_accuracy` and
+    `majority_accuracy`, NaN for None; each value computed with the same operations as those, so the same float."""
     import numpy as np
 
     correct = table.correct[idx]
@@ -152,8 +142,8 @@ def _rows_values(table: _Table, idx, selectors) -> dict:
 
 
 def _question_means(values: dict, ends) -> list[dict]:
-    """Per question (its rows end at `ends`), each method's mean over its subsets, as `question_values` takes it:
-    None when a subset has none, else `statistics.fmean` (an exactly rounded sum, divided)."""
+    """Per question (its rows end at `ends`), each method's mean over its subsets: None when a subset has none, else
+    `statistics.fmean` (an exactly rounded sum, divided)."""
     import numpy as np
 
     starts = [0, *ends[:-1]]
@@ -169,8 +159,8 @@ def _question_means(values: dict, ends) -> list[dict]:
 
 def _many_question_values(questions: dict, groups: list[str], n: int | None, max_subsets: int, seed: int,
                           selectors) -> list[dict]:
-    """`question_values` of each question in `groups` at N = n (None: every candidate once, `full_values`),
-    computed over all their subsets together, a batch per subset size."""
+    """Each method's accuracy at N = n of each question in `groups`, averaged over its N-subsets (`subsets`; n None:
+    every candidate once, `full_values`), computed over all their subsets together, a batch per subset size."""
     import numpy as np
 
     table = _Table([c for g in groups for c in questions[g]])
@@ -246,14 +236,6 @@ def subsets(size: int, n: int, group_id: str, max_subsets: int = DEFAULT_MAX_SUB
     digest = hashlib.sha256(f"{seed}\x00{group_id}\x00{n}".encode()).digest()
     rng = np.random.default_rng(int.from_bytes(digest[:8], "big"))
     return [tuple(sorted(rng.choice(size, size=n, replace=False).tolist())) for _ in range(max_subsets)]
-
-
-def question_values(group_id: str, candidates: list[dict], n: int, max_subsets: int, seed: int,
-                    selectors=SELECTORS) -> dict:
-    """Each method's accuracy at N for one question, averaged over its N-subsets (None for a selector not given)."""
-    per_subset = [subset_values([candidates[i] for i in idx], selectors)
-                  for idx in subsets(len(candidates), n, group_id, max_subsets, seed)]
-    return {m: _mean([v[m] for v in per_subset]) for m in METHODS}
 
 
 def _mean(values: list) -> float | None:

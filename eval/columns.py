@@ -37,7 +37,7 @@ class Gold:
         self.group = np.array([codes.setdefault(c["group_id"], len(codes)) for c in gold], dtype=INDEX)
         self.group_names = list(codes)
         self.answer = labels(c["answer_correct"] for c in gold)
-        # MiCEval's human label of a whole MCoT (good 1 / bad 0), `results.human_chain_score`
+        # MiCEval's human label of a whole MCoT (good 1 / bad 0, Sec. 2.3.3 and App. D.1), not a mean of step scores
         self.chain_human = labels(c.get("chain_correct") for c in gold)
         self.chain_correct = [c.get("chain_correct") for c in gold]
         steps = [s for c in gold for s in c["steps"]]

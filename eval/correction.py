@@ -24,7 +24,6 @@ critique of a chain is asked once per corrector, however many judges share it.
 
 from __future__ import annotations
 
-import json
 import os
 
 from stepcritic.data_prep.answers import normalize_answer, parse_answer, same_answer  # noqa: F401 (read here)
@@ -180,22 +179,6 @@ def run(gold: list[dict], runs: dict, judges: dict, corrector, rows, out_dir: st
     for name in chosen:
         out.setdefault(name, None)
     write_jsonl_atomic(os.path.join(out_dir, "corrections.jsonl"), lines)
-    return out
-
-
-def read_back(path: str, gold: list[dict], judge: str) -> dict | None:
-    """One judge's corrections as `run` returned them, from the OUT/corrections.jsonl it wrote (None: no corrector)."""
-    with open(path, encoding="utf-8") as f:
-        lines = [r for r in map(json.loads, f) if r["judge"] == judge]
-    if not lines:
-        return None
-    out = {"corrector": lines[0]["corrector"]}
-    for setting in SETTINGS:
-        by_chain = {r["chain_id"]: r for r in lines if r["critique"] == setting}
-        missing = {"answered": False, "answer": None, "after": None}  # a chain that was not asked (no reference)
-        out[setting] = [{"answered": r["failed"] is None, "answer": r["answer_after"],
-                         "after": r["answer_correct_after"]} if r else missing
-                        for r in (by_chain.get(g["chain_id"]) for g in gold)] if by_chain else None
     return out
 
 

@@ -6,7 +6,6 @@ from cheap to faithful:
 
 - `LexicalMatcher`   token-overlap F1 against a threshold (deterministic, no model; for tests and smoke runs)
 - `EmbeddingMatcher` cosine similarity of all-MiniLM-L6-v2 sentence embeddings against a threshold
-- `JudgeMatcher`     an LLM reads the two critiques alone and answers whether they agree (a callable, for code)
 - `judge_matcher.LLMJudgeMatcher`  VISCO's protocol behind `--matcher judge:SPEC`: the step in its chain, every
                      reference at once, each reply cached
 
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 _TOKEN = re.compile(r"\w+")
 
@@ -108,23 +107,6 @@ class MatcherNames(dict):
 
 MATCHERS = MatcherNames(lexical=LexicalMatcher, embedding=EmbeddingMatcher)
 
-JUDGE_PROMPT = """You are checking a critique of one reasoning step.
-
-A human expert found this step wrong and described the error as follows:
-[REFERENCE]
-{reference}
-[END REFERENCE]
-
-A model also flagged the step and gave this explanation:
-[CANDIDATE]
-{explanation}
-[END CANDIDATE]
-
-Does the candidate point at the same core mistake as the reference? Small omissions or differences in
-wording are fine. Answer "no" if it blames something else, or if it adds a factual or logical error of
-its own. Think briefly, then finish with a last line that is exactly "Verdict: yes" or "Verdict: no".
-"""
-
 _VERDICT = re.compile(r"verdict\s*[:\-]\s*\**\s*(yes|no)\b", re.IGNORECASE)
 _LEADING_YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 
@@ -141,24 +123,3 @@ def parse_yes_no(text: str) -> bool | None:
     lines = [line for line in (text or "").splitlines() if line.strip()]
     leading = _LEADING_YES_NO.match(lines[-1]) if lines else None
     return None if leading is None else leading.group(1).lower() == "yes"
-
-
-class JudgeMatcher:
-    """VISCO's LLM-assisted matching: ask a model whether the explanation addresses the reference's error.
-
-    `generate` is any callable prompt -> completion text (an API client, a local pipeline). An answer
-    that cannot be read as yes/no counts as no match, and is counted in `n_unparsed` so a report can say
-    how often that happened.
-    """
-
-    def __init__(self, generate: Callable[[str], str], name: str = "judge", template: str = JUDGE_PROMPT):
-        self.generate = generate
-        self.template = template
-        self.name = name
-        self.n_unparsed = 0
-
-    def __call__(self, explanation: str, reference: str) -> float:
-        verdict = parse_yes_no(self.generate(self.template.format(explanation=explanation, reference=reference)))
-        if verdict is None:
-            self.n_unparsed += 1
-        return float(bool(verdict))

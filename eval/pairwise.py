@@ -140,15 +140,10 @@ def _picked(record: dict) -> str | None:
     return record["options"][k] if 0 <= k < len(record["options"]) else None
 
 
-def asked_pairs(picks: list[dict]) -> dict[str, tuple[float, float, bool]] | None:
-    """Per pair a generative judge was asked in both orders: (hit in the first order, in the swapped, flipped); None
-    when the judge's pairwise picks came from its chain scores (it scores chains: compared by `--pairwise-score`)."""
-    answered = _answered_pairs(picks)
-    return None if answered is None else {key: found[:3] for key, found in answered.items()}
-
-
 def _answered_pairs(picks: list[dict]) -> dict[str, tuple[float, float, bool, int]] | None:
-    """`asked_pairs` with, per pair, how many of its two replies were unparseable."""
+    """Per pair a generative judge was asked in both orders: (hit in the first order, in the swapped, flipped, how
+    many of its two replies were unparseable); None when the judge's pairwise picks came from its chain scores (it
+    scores chains: compared by `--pairwise-score`)."""
     mine = [p for p in picks if p.get("task") == TASK]
     if not mine or any(p.get("answered_from") == "chain_score" for p in mine):
         return None

@@ -20,7 +20,6 @@ one that writes no explanations or on data without reference critiques (and VISC
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from contextlib import contextmanager
 
@@ -47,17 +46,6 @@ STEP_FIELDS = {"step_type": "type", "step_kind": "kind"}  # breakdowns of steps,
 
 # ----------------------------------------------------------------------------- judge scores
 
-def human_chain_score(chain: dict) -> float | None:
-    """MiCEval's human label of a whole MCoT (good 1 / bad 0, Sec. 2.3.3 and App. D.1), None if unknown."""
-    label = chain.get("chain_correct")
-    return None if label is None else float(label)
-
-
-def human_step_mean(chain: dict) -> float | None:
-    scores = [s["human_score"] for s in chain["steps"] if s["human_score"] is not None]
-    return statistics.fmean(scores) if scores else None
-
-
 def _undefined(result: dict) -> dict:
     return result | {k: None for k in ("precision", "recall", "f1")}
 
@@ -69,13 +57,9 @@ def _correlations(human, judge) -> dict:
     return {"d": somers["d"], "rho": M.spearman(human, judge, pvalue=False)["rho"], "n": somers["n"]}
 
 
-def explanation_items(gold: list[dict], preds: list[dict]) -> list[dict]:
-    """One item per step for `metrics.explanation_f1`: gold and predicted verdict, explanation, references, and the
-    step in its chain (question, step texts, final answer, index) for a matcher that reads it (`judge_matcher`)."""
-    return [_explanation_item(c, p, i) for c, p in zip(gold, preds) for i in range(len(p["verdicts"]))]
-
-
 def _explanation_item(chain: dict, pred: dict, i: int) -> dict:
+    """Step `i` as an item for `metrics.explanation_f1`: gold and predicted verdict, explanation, references, and the
+    step in its chain (question, step texts, final answer, index) for a matcher that reads it (`judge_matcher`)."""
     step = chain["steps"][i]
     return {"gold": step["correct"], "pred": pred["verdicts"][i], "references": step["explanations"],
             "explanation": (pred.get("explanations") or [None] * len(pred["verdicts"]))[i],
@@ -103,26 +87,15 @@ def explanation_matches(gold: list[dict], preds: list[dict], matcher) -> list[li
     return out
 
 
-def sweep_metrics(gold: list[dict], preds: list[dict], dev: frozenset | None = None) -> dict:
-    """`sweep.threshold_sweep` over every step, the questions in `dev` choosing the threshold (by default the
-    split `sweep.dev_groups` draws from these chains' questions)."""
-    return _sweep(JudgeData(gold, preds, [], None, [], settings={"dev": dev}))
-
-
 def _sweep(d: "JudgeData") -> dict:
+    """`sweep.threshold_sweep` over every step, the questions in `d.settings["dev"]` choosing the threshold (by
+    default the split `sweep.dev_groups` draws from these chains' questions)."""
     dev = d.settings.get("dev")
     if dev is None:
         dev = sw.dev_groups(d.view.group_ids())
     g, a, steps = d.cols, d.answers, d.view.steps
     in_dev = np.array([name in dev for name in g.group_names], dtype=bool)[g.group[d.view.step_chain]]
     return sw.threshold_sweep(g.correct[steps], a.score[steps], a.verdict[steps], in_dev)
-
-
-def critique_metrics(gold: list[dict], preds: list[dict], matcher, matches: list[list] | None = None,
-                     dev: frozenset | None = None) -> dict:
-    if matches is None:
-        matches = explanation_matches(gold, preds, matcher)
-    return critique_section(JudgeData(gold, preds, [], matcher, matches, settings={"dev": dev}))
 
 
 def critique_section(d: "JudgeData") -> dict:

@@ -85,6 +85,16 @@ def two_category_chains():
     return [validate_chain(c) for c in chains_]
 
 
+def critique_section(gold, preds, matcher, matches=None, dev=None) -> dict:
+    """The critique section `stepcritic eval` computes for one judge, from its gold and prediction records (the
+    explanation matches made by `matcher` unless given; `dev`: the questions that choose the sweep's threshold)."""
+    from stepcritic.eval import results
+
+    if matches is None:
+        matches = results.explanation_matches(gold, preds, matcher)
+    return results.critique_section(results.JudgeData(gold, preds, [], matcher, matches, settings={"dev": dev}))
+
+
 def label_stats(chains) -> dict:
     """`synth.LabelStats` of a list of chains: what `data synth` writes to stats.json."""
     from stepcritic.data_prep.synth import LabelStats

@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+from helpers import critique_section
 
 from stepcritic.eval import best_of_n as bon
 from stepcritic.eval import metrics as M
@@ -196,6 +197,23 @@ def test_bootstrap_draws_and_statistics_match_expanded_data():
                                       nan_ok=True)
 
 
+def subset_values(candidates: list[dict], selectors=bon.SELECTORS) -> dict:
+    """Every method's accuracy on one set of candidates, by the functions on lists; None for a selector not given."""
+    correct = [c["correct"] for c in candidates]
+    out = {s: bon.pick_accuracy([c["scores"].get(s) for c in candidates], correct) if s in selectors else None
+           for s in bon.SELECTORS}
+    out.update(random=bon.random_accuracy(correct), oracle=bon.oracle_accuracy(correct),
+               majority=bon.majority_accuracy([c["answer"] for c in candidates], correct))
+    return out
+
+
+def question_values(group_id: str, candidates: list[dict], n: int, max_subsets: int, seed: int, selectors) -> dict:
+    """Each method's accuracy at N for one question, averaged over its N-subsets, one subset at a time."""
+    per_subset = [subset_values([candidates[i] for i in idx], selectors)
+                  for idx in bon.subsets(len(candidates), n, group_id, max_subsets, seed)]
+    return {m: bon._mean([v[m] for v in per_subset]) for m in bon.METHODS}
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_best_of_n_equals_scoring_every_subset_one_by_one(seed):
     rng = random.Random(seed)
@@ -211,12 +229,12 @@ def test_best_of_n_equals_scoring_every_subset_one_by_one(seed):
     selectors = bon.given_selectors(questions)
     sizes = {g: len(c) for g, c in questions.items()}
     for n in got["ns"]:
-        values = [bon.question_values(g, questions[g], n, 8, seed, selectors)
+        values = [question_values(g, questions[g], n, 8, seed, selectors)
                   for g in sorted(questions) if sizes[g] >= n]
         for m in bon.METHODS:
             expected = bon._mean([v[m] for v in values])
             assert got["curve"][m][str(n)] == expected, (n, m)  # the same operations: the same floats
-    full = {g: bon.subset_values(questions[g], selectors) for g in sorted(questions)}
+    full = {g: subset_values(questions[g], selectors) for g in sorted(questions)}
     assert got["full"] == {m: bon._mean([v[m] for v in full.values()]) for m in bon.METHODS}
     memo = {}
     keyed = {g: tuple(range(len(c))) for g, c in questions.items()}
@@ -258,7 +276,7 @@ def test_breakdown_views_equal_sections_of_the_sliced_chains(seed):
     matcher = LexicalMatcher(0.5)
     matches = results.explanation_matches(gold, preds, matcher)
     # the matches from every step's item, as the matcher scores them one by one
-    items = results.explanation_items(gold, preds)
+    items = [results._explanation_item(c, p, i) for c, p in zip(gold, preds) for i in range(len(p["verdicts"]))]
     flat = M.explanation_match_scores(items, matcher)
     assert [m for chain in matches for m in chain] == flat
     tasks = ("critique", "choice", "rpts", "best-of-n")
@@ -283,7 +301,7 @@ def test_breakdown_views_equal_sections_of_the_sliced_chains(seed):
             got = results.section(part, ["critique"], levels=["step"])["critique"]["step"]
             assert got["f1"] == M.step_f1(gold_steps, pred_steps)["f1"] or not any(
                 v is not None for v in pred_steps)
-    whole = results.critique_metrics(gold, preds, matcher, matches, data.settings["dev"])
+    whole = critique_section(gold, preds, matcher, matches, data.settings["dev"])
     assert whole["n_chains"] == len(gold)
     assert whole["explanation"]["tp"] == M.explanation_match_f1(
         [s["correct"] for c in gold for s in c["steps"]], [v for p in preds for v in p["verdicts"]],

@@ -7,10 +7,11 @@ Each test here failed on the code before the fix; the comment at each group says
 
 import json
 import os
+import statistics
 
 import helpers
 import pytest
-from helpers import CannedVerifier, reasoning_chain
+from helpers import CannedVerifier, critique_section, reasoning_chain
 
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import metrics as M
@@ -54,7 +55,7 @@ def reward_preds(gold):
 
 def test_oracle_on_data_without_references_has_no_explanation_f1_or_viscore():
     gold = unreferenced_gold()
-    got = results.critique_metrics(gold, oracle_preds(gold), LexicalMatcher(0.5))
+    got = critique_section(gold, oracle_preds(gold), LexicalMatcher(0.5))
     assert got["step"]["f1"] == 1.0 and got["answer"]["f1"] == 1.0
     assert got["explanation"]["f1"] is None and got["explanation"]["precision"] is None
     assert got["viscore"] is None
@@ -68,7 +69,7 @@ def test_explanation_and_step_f1_are_none_without_anything_to_find():
 
 def test_a_chain_only_judge_has_no_step_or_answer_scores():
     gold = unreferenced_gold()
-    got = results.critique_metrics(gold, reward_preds(gold), LexicalMatcher(0.5))
+    got = critique_section(gold, reward_preds(gold), LexicalMatcher(0.5))
     assert {got["step"][k] for k in ("precision", "recall", "f1")} == {None}
     assert got["answer"]["f1"] is None and got["explanation"]["f1"] is None and got["viscore"] is None
     assert got["correlation"]["step"]["d"] is None
@@ -78,7 +79,7 @@ def test_a_chain_only_judge_has_no_step_or_answer_scores():
 def test_a_judge_with_no_scores_at_all_gets_no_chain_correlation_or_choice_ranking():
     gold = unreferenced_gold()
     nothing = [dict(p, chain_score=None) for p in reward_preds(gold)]
-    got = results.critique_metrics(gold, nothing, LexicalMatcher(0.5))
+    got = critique_section(gold, nothing, LexicalMatcher(0.5))
     assert got["correlation"]["chain"]["d"] is None  # before: every chain scored 0.0, D = 0.0
     assert results.choice_metrics(gold, nothing)["accuracy"] is None
 
@@ -98,16 +99,16 @@ def test_undefined_cells_render_as_a_dash_and_are_never_bold():
 
 def test_chain_somers_d_uses_the_chains_human_label():
     # one good chain, two bad ones; the step means (1, 0.75, 0) would also rank the two bad chains
-    gold = [{"chain_id": "good", "chain_correct": True, "steps": [{"human_score": 1.0}, {"human_score": 1.0}]},
-            {"chain_id": "bad1", "chain_correct": False,
-             "steps": [{"human_score": 1.0}, {"human_score": 1.0}, {"human_score": 1.0}, {"human_score": 0.0}]},
-            {"chain_id": "bad2", "chain_correct": False, "steps": [{"human_score": 0.0}]},
-            {"chain_id": "unknown", "chain_correct": None, "steps": [{"human_score": 1.0}]}]
+    labels = {"good": (True, [1.0, 1.0]), "bad1": (False, [1.0, 1.0, 1.0, 0.0]), "bad2": (False, [0.0]),
+              "unknown": (None, [1.0])}
+    gold = [{"chain_id": k, "group_id": k, "category": None, "answer_correct": None, "chain_correct": label,
+             "steps": [{"type": "reasoning", "correct": h > 0, "human_score": h, "explanations": [], "premises": None}
+                       for h in scores]} for k, (label, scores) in labels.items()]
     judge = [0.9, 0.1, 0.5, 0.0]
-    human = [results.human_chain_score(c) for c in gold]
-    assert human == [1.0, 0.0, 0.0, None]
-    assert M.somers_d(human, judge)["d"] == pytest.approx(1.0)  # good above both bad chains
-    step_means = [results.human_step_mean(c) for c in gold]
+    preds = [dict(p, chain_score=score) for p, score in zip(reward_preds(gold), judge)]
+    chain = critique_section(gold, preds, LexicalMatcher(0.5))["correlation"]["chain"]
+    assert chain["d"] == pytest.approx(1.0) and chain["n"] == 3  # good above both bad chains; unknown left out
+    step_means = [statistics.fmean(scores) for _, scores in labels.values()]
     assert M.somers_d(step_means, judge)["d"] != pytest.approx(1.0)  # what was reported before
 
 
@@ -120,7 +121,7 @@ def test_step_somers_d_is_split_by_step_type():
     verdicts = [True, False, False, True, True]
     pred = [{"chain_id": "t", "verdicts": verdicts, "p_incorrect": None, "explanations": None,
              "answer_correct": None, "chain_score": None, "valid": True, "extra": {}}]
-    got = results.critique_metrics(gold, pred, LexicalMatcher(0.5))["correlation"]
+    got = critique_section(gold, pred, LexicalMatcher(0.5))["correlation"]
     assert got["step_description"]["n"] == 3 and got["step_reasoning"]["n"] == 3  # the "both" step in each
     assert got["step_description"]["d"] == pytest.approx(1.0)
     assert got["step_reasoning"]["d"] == pytest.approx(-1 / 2)
@@ -161,7 +162,7 @@ def test_invalid_rate_is_per_output():
                            task="logic_correctness")
     critiques = judge.judge_batch(chains)
     preds = [dict(c.to_json()) for c in critiques]
-    got = results.critique_metrics(results_gold(chains), preds, LexicalMatcher(0.5))
+    got = critique_section(results_gold(chains), preds, LexicalMatcher(0.5))
     assert (got["n_outputs"], got["n_invalid"]) == (8, 1)
     assert got["invalid_rate"] == pytest.approx(1 / 8)
 
@@ -170,7 +171,7 @@ def test_invalid_rate_of_one_output_judges_is_per_chain():
     gold = unreferenced_gold()
     preds = oracle_preds(gold)
     preds[0] = dict(preds[0], valid=False, verdicts=[None] * len(gold[0]["steps"]))
-    got = results.critique_metrics(gold, preds, LexicalMatcher(0.5))
+    got = critique_section(gold, preds, LexicalMatcher(0.5))
     assert got["invalid_rate"] == pytest.approx(1 / 6)
 
 
@@ -196,9 +197,9 @@ def test_rpts_correlation_uses_only_annotated_chains():
     for c in chains[:4]:
         c["steps"][0]["premises"], c["steps"][1]["premises"], c["steps"][2]["premises"] = [], [0], [1]
     gold = results_gold(chains)
-    got = results.critique_metrics(gold, oracle_preds(gold), LexicalMatcher(0.5))
+    got = critique_section(gold, oracle_preds(gold), LexicalMatcher(0.5))
     assert got["correlation"]["chain_rpts"]["n"] == 4
-    unannotated = results.critique_metrics(gold[4:], oracle_preds(gold[4:]), LexicalMatcher(0.5))
+    unannotated = critique_section(gold[4:], oracle_preds(gold[4:]), LexicalMatcher(0.5))
     assert unannotated["correlation"]["chain_rpts"] == {"d": None, "rho": None, "n": 0}
 
 

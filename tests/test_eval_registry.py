@@ -24,6 +24,23 @@ from stepcritic.eval.tasks import METRICS, find, has, lookup, metrics_for
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def corrections_of(path: str, gold: list[dict], judge: str) -> dict | None:
+    """One judge's corrections as `correction.run` returned them, read back from the OUT/corrections.jsonl it wrote
+    (None: no corrector)."""
+    with open(path, encoding="utf-8") as f:
+        lines = [r for r in map(json.loads, f) if r["judge"] == judge]
+    if not lines:
+        return None
+    out = {"corrector": lines[0]["corrector"]}
+    for setting in correction.SETTINGS:
+        by_chain = {r["chain_id"]: r for r in lines if r["critique"] == setting}
+        missing = {"answered": False, "answer": None, "after": None}  # a chain that was not asked (no reference)
+        out[setting] = [{"answered": r["failed"] is None, "answer": r["answer_after"],
+                         "after": r["answer_correct_after"]} if r else missing
+                        for r in (by_chain.get(g["chain_id"]) for g in gold)] if by_chain else None
+    return out
+
+
 def _coin(*parts) -> float:
     """A fixed pseudo-random number in [0, 1) per key, so the judge's answers do not depend on batching."""
     return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:8], 16) / 16 ** 8
@@ -190,7 +207,7 @@ def test_each_question_drawn_once_reproduces_every_headline_value(run):
     from stepcritic.eval.matchers import LexicalMatcher
 
     matcher = LexicalMatcher(0.5)
-    corrections = correction.read_back(os.path.join(run["out"], "corrections.jsonl"), gold, "noisy-oracle")
+    corrections = corrections_of(os.path.join(run["out"], "corrections.jsonl"), gold, "noisy-oracle")
     data = results.JudgeData(gold, preds, picks, matcher, results.explanation_matches(gold, preds, matcher),
                              verifier.read(os.path.join(cache, folder), gold), corrections=corrections)
     boot = intervals.GroupBootstrap(sorted({c["group_id"] for c in gold}), n_resamples=1)

@@ -271,7 +271,7 @@ def test_a_generative_judge_asks_each_task_as_a_verifier_copy_of_itself():
     assert judge.mode == "critique" and judge.options["template"] == "critique"  # the judge itself is unchanged
     for task, copy in copies.items():
         assert (copy.mode, copy.task, copy.strategy, copy.template) == ("verifier", task, "direct", None)
-        assert copy._pool is judge._pool  # one client for all
+        assert copy._client is judge._client  # one client, and its thread pool, for all
     fingerprints = {judge.fingerprint()} | {c.fingerprint() for c in copies.values()}
     assert len(fingerprints) == 1 + len(VERIFIER_TASKS)
     with pytest.raises(ValueError, match="unknown verifier task"):

@@ -6,12 +6,12 @@ import io
 import json
 
 import pytest
-from helpers import chain, chains, step
+from helpers import chains
 from PIL import Image
 
 from stepcritic.data_prep.critique import parse_label, parse_letter, parse_questions, parse_score
 from stepcritic.eval.judges.artifacts import weights_digest
-from stepcritic.eval.judges.baselines import MajorityJudge, RandomJudge, TextOnlyJudge
+from stepcritic.eval.judges.baselines import RandomJudge, TextOnlyJudge
 from stepcritic.eval.judges.registry import KINDS, JudgeSpec, describe_kinds, make_judge, parse_spec
 from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
@@ -136,14 +136,12 @@ def test_random_is_seeded_per_chain_and_follows_the_rate():
     assert all(v is False for c in make_judge("random,rate=1").judge_batch(many[:5]) for v in c.verdicts)
 
 
-def test_majority_defaults_to_correct_and_learns_the_majority_class():
-    mostly_wrong = [chain(steps=[step("a", correct=False), step("b", correct=False), step("c")])]
+def test_majority_defaults_to_correct_and_takes_the_majority_class_from_its_prior():
     assert make_judge("majority").judge_batch(chains(2))[0].verdicts == [True] * 3
-    fitted = MajorityJudge("majority").fit(mostly_wrong)
-    assert fitted.judge_batch(chains(2))[0].verdicts == [False] * 3
-    assert fitted.judge_batch(chains(2))[0].p_incorrect == pytest.approx([2 / 3] * 3)
-    assert fitted.fingerprint() != MajorityJudge("majority").fingerprint()
-    assert make_judge("majority,prior=0.8").judge_batch(chains(2))[0].verdicts == [False] * 3
+    mostly_wrong = make_judge("majority,prior=0.8")
+    assert mostly_wrong.judge_batch(chains(2))[0].verdicts == [False] * 3
+    assert mostly_wrong.judge_batch(chains(2))[0].p_incorrect == pytest.approx([0.8] * 3)
+    assert mostly_wrong.fingerprint() != make_judge("majority").fingerprint()
 
 
 def _sent_image(request) -> Image.Image:

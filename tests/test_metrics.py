@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from stepcritic.eval.matchers import EmbeddingMatcher, JudgeMatcher, LexicalMatcher, parse_yes_no, token_f1
+from stepcritic.eval.matchers import EmbeddingMatcher, LexicalMatcher, parse_yes_no, token_f1
 from stepcritic.eval.metrics import (
     answer_f1,
     choice_ranking_accuracy,
@@ -102,20 +102,9 @@ def test_token_f1_and_lexical_threshold():
     assert LexicalMatcher(0.6)("a b c d", "a b x y") == 0.0
 
 
-def test_judge_matcher_follows_visco_protocol():
-    prompts = []
-
-    def fake_llm(prompt):
-        prompts.append(prompt)
-        if "colour" in prompt.split("[CANDIDATE]")[1]:
-            return "Both blame the colour.\nVerdict: **yes**"
-        return "I cannot tell."
-
-    matcher = JudgeMatcher(fake_llm, name="fake-llm")
-    assert matcher("the colour is wrong", "step says red, the shape is blue") == 1.0
-    assert matcher("the count is wrong", "step says red, the shape is blue") == 0.0
-    assert matcher.n_unparsed == 1  # not a verdict: counted, and scored as no match
-    assert "step says red, the shape is blue" in prompts[0] and "the colour is wrong" in prompts[0]
+def test_a_matcher_verdict_is_the_last_verdict_line_or_a_leading_yes_or_no():
+    assert parse_yes_no("Both blame the colour.\nVerdict: **yes**") is True
+    assert parse_yes_no("I cannot tell.") is None
     assert parse_yes_no("Yes at first. Verdict: no") is False
     assert parse_yes_no("verdict - YES") is True
     assert parse_yes_no("Reasoning about it.\nYes, same error.") is True

@@ -72,13 +72,6 @@ class MajorityJudge(Judge):
         super().__init__(spec, **({"prior": prior} if prior is not None else {}), **options)
         self.p_incorrect = 0.0 if prior is None else prior
 
-    def fit(self, train_chains: list[dict]) -> "MajorityJudge":
-        labels = [s["correct"] for c in train_chains for s in c["steps"] if s.get("correct") is not None]
-        if labels:
-            self.p_incorrect = labels.count(False) / len(labels)
-            self.options["prior"] = self.p_incorrect  # the fitted class is part of what the judge outputs
-        return self
-
     def judge_batch(self, chains: list[dict]) -> list[Critique]:
         correct = self.p_incorrect <= 0.5
         return [Critique(c["chain_id"], [correct] * len(c["steps"]), p_incorrect=[self.p_incorrect] * len(c["steps"]),

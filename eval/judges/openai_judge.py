@@ -82,11 +82,6 @@ class OpenAIJudge(GenerativeJudge):
                                   max_retries=max_retries, backoff=backoff, name=f"{self.kind} judge {target!r}",
                                   hint=f"check base_url, the server and ${api_key_env}", thread_name="openai-judge")
 
-    @property
-    def _pool(self):
-        """The client's thread pool: verifier copies of this judge (`GenerativeJudge.verifier`) share it."""
-        return self._client.pool
-
     def generate(self, prompts: list[Prompt]) -> list[Reply]:
         return self._client.map(self._request, prompts)
 
