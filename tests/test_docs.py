@@ -82,11 +82,11 @@ def _parse_module(module: str, args: list[str], script: bool = False) -> None:
 
 def _check_train(args: list[str]) -> None:
     from stepcritic.train import cli as train_cli
-    from stepcritic.train.config import parse_recipe_argv
+    from stepcritic.train.config import parse_recipe
 
     namespace, overrides = train_cli.make_parser().parse_known_args(args)
     config = os.path.join(REPO, namespace.config)
-    parse_recipe_argv(["--config", config if os.path.exists(config) else namespace.config, *overrides])
+    parse_recipe(config if os.path.exists(config) else namespace.config, overrides)
 
 
 def _check_stepcritic(args: list[str]) -> None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from stepcritic.train import archs
-from stepcritic.train.config import DATASET_KINDS, RecipeError, parse_recipe, parse_recipe_argv
+from stepcritic.train.config import DATASET_KINDS, RecipeError, parse_recipe
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 ACCELERATE_DIR = RECIPES_DIR / "accelerate"
@@ -213,14 +213,6 @@ def test_cpu_host_defaults_to_cpu_training(tmp_path):
     assert len(recipe.adjustments) == 2
     kept = parse_recipe(REAL_SFT)  # an explicit bf16 stays; only use_cpu is filled in
     assert kept.training_args.bf16 and kept.training_args.use_cpu and len(kept.adjustments) == 1
-
-
-def test_command_line_form():
-    recipe = parse_recipe_argv(["--config", str(TINY_SFT), "--seed", "3"])
-    assert recipe.training_args.seed == 3 and recipe.source == str(TINY_SFT)
-    assert parse_recipe_argv([f"--config={TINY_SFT}"]).training_args.seed == 0
-    with pytest.raises(RecipeError, match="--config"):
-        parse_recipe_argv(["--seed", "3"])
 
 
 def _launch_lines(readme: str) -> str:

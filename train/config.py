@@ -557,13 +557,4 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
                   given=frozenset(given))
 
 
-def parse_recipe_argv(argv: list[str]) -> Recipe:
-    """Parse `["--config", recipe.yaml, "--key", "value", ...]`, the command line of `stepcritic train`."""
-    argv = list(argv)
-    for i, token in enumerate(argv):
-        if token == "--config" and i + 1 < len(argv):
-            return parse_recipe(argv[i + 1], argv[:i] + argv[i + 2 :])
-        if token.startswith("--config="):
-            return parse_recipe(token.split("=", 1)[1], argv[:i] + argv[i + 1 :])
-    raise RecipeError("missing `--config RECIPE.yaml`")
 

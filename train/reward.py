@@ -25,10 +25,6 @@ VALUE_HEAD_FILE = "value_head.safetensors"
 CONFIG_FILE = "reward_config.json"
 
 
-def is_reward_model_dir(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, CONFIG_FILE))
-
-
 class VLMRewardModel(nn.Module):
     """A VLM backbone (optionally a PeftModel) with a scalar value head: `forward(**batch) -> rewards (B,)`."""
 
