@@ -56,6 +56,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from stepcritic import atomic
+
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
 MODELS = ("qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b")
@@ -161,11 +163,9 @@ class Context:
     @staticmethod
     def _once(path: Path, build) -> str:
         if not path.is_dir():  # built beside, renamed into place: a killed call never leaves a half-built input
-            partial = path.with_name(path.name + ".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            build(str(partial))
-            os.replace(partial, path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic.replacing(path) as tmp:
+                build(tmp)
         return str(path)
 
     def checkpoint(self) -> str:
@@ -533,9 +533,7 @@ def markdown(state: dict) -> str:
 def _save(out: Path, state: dict) -> None:
     state["updated"] = _now()
     for name, text in (("gpu_suite.json", json.dumps(state, indent=2)), ("gpu_suite.md", markdown(state))):
-        partial = out / f".{name}.partial"
-        partial.write_text(text + "\n")
-        os.replace(partial, out / name)  # a call killed mid-write leaves the previous file whole
+        atomic.write_text(out / name, text + "\n")  # a call killed mid-write leaves the previous file whole
 
 
 def select(patterns: list[str] | None) -> list[str]:

