@@ -108,3 +108,14 @@ def test_held_out_metrics_answer_greedily_and_score_with_the_critic(policy_data)
     assert first == policy_grpo.held_out_metrics(model, processor, rows, critic, max_new_tokens=6)  # greedy
     assert first["accuracy"] == 0.0 and first["answered"] == 0.0  # random weights state no answer
     assert first["steps"] >= 1 and 0.5 <= first["critic_reward"] < 1  # n / (n + 1) for n >= 1 steps
+
+
+def test_a_critic_that_requires_an_answer_pays_nothing_for_a_chain_that_states_none():
+    plain = policy_grpo.critic_reward("py:rl_fakes.LengthCritic", "min")
+    strict = policy_grpo.critic_reward("py:rl_fakes.LengthCritic", "min", requires_answer=True)
+    prompts = [[{"role": "user", "content": "Which shape is red?"}]] * 2
+    completions = ["The red shape is left.\nIt is a circle.", "The red shape is left.\nSo the answer is circle."]
+    given = plain(prompts, completions)
+    assert given[0] > 0 and given[1] > 0
+    assert strict(prompts, completions) == [0.0, given[1]]
+    assert strict.__name__ == plain.__name__ + "_answered"  # TRL logs it under its own name

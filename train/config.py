@@ -160,6 +160,11 @@ class StepCriticArgs:
         default="min", metadata={"help": "GRPO of a policy: how the critic's step scores become one reward.",
                                  "choices": ("min", "mean", "last", "prod")},
     )
+    critic_requires_answer: bool = field(
+        default=False,
+        metadata={"help": "GRPO of a policy: the critic's reward is 0 for a completion that states no answer, so "
+                          "that stopping after one confident step never pays (the gold answer is not read)."},
+    )
     hacking_patience: int = field(
         default=3,
         metadata={"help": "GRPO of a policy: warn of reward hacking when the critic's held-out reward rose at each "

@@ -6,7 +6,7 @@ clean chain ends by stating it) and handed to the rewards as the `gold_answer` c
   reward, the only place the gold answer goes;
 - `critic`: `reward_critic` (any judge spec that gives step scores) through `rewards.StepReward`, its step scores
   aggregated by `reward_aggregate` (`min` by default: the sum form lets a policy farm many small rewards, PURE,
-  arXiv 2504.15275).
+  arXiv 2504.15275); with `critic_requires_answer`, 0 for a completion that states no answer.
 Both together are summed by TRL (`reward_weights` weighs them).
 
 Every evaluation (`eval_strategy`, and `eval_on_start` for the starting policy) writes greedy answers to the held-out
@@ -59,10 +59,21 @@ def reward_hacking(history: list[tuple[float, float]], patience: int) -> bool:
     return all(b > a for a, b in zip(rewards, rewards[1:])) and window[-1][1] < window[0][1]
 
 
-def critic_reward(spec: str, aggregate: str):
+def critic_reward(spec: str, aggregate: str, requires_answer: bool = False):
+    """The critic's reward through `StepReward`; with `requires_answer`, 0 for a completion that states no answer
+    (whatever its steps score), read by `answers.answer_of_text` as the outcome reward reads it, no gold needed."""
     from stepcritic.rewards.step_reward import StepReward
 
-    return StepReward(spec, aggregate=aggregate)
+    critic = StepReward(spec, aggregate=aggregate)
+    if not requires_answer:
+        return critic
+
+    def reward(prompts, completions, **kwargs) -> list[float | None]:
+        given = critic(prompts, completions, **kwargs)
+        return [0.0 if answers.answer_of_text(completion_text(c)) is None else r for r, c in zip(given, completions)]
+
+    reward.__name__ = f"{critic.__name__}_answered"
+    return reward
 
 
 def held_out_metrics(model, processor, rows, critic, max_new_tokens: int, batch_size: int = 16) -> dict:
@@ -131,7 +142,8 @@ def trainer_class():
 
 def build_trainer(recipe, model, processor, train_data, eval_data):
     args = recipe.script_args
-    critic = critic_reward(args.reward_critic, args.reward_aggregate) if args.reward_critic else None
+    critic = (critic_reward(args.reward_critic, args.reward_aggregate, args.critic_requires_answer)
+              if args.reward_critic else None)
     funcs = [outcome_reward if name == "outcome" else critic for name in args.policy_rewards]
     model = common.prepare_model(recipe, model)
     tokenizer = getattr(processor, "tokenizer", processor)
