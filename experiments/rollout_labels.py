@@ -46,9 +46,13 @@ PRM_TEMPLATE = "prm_brief"
 
 
 class Run:
+    """The stages of one experiment folder. Each stage's wall time is kept in `OUT/timings.json` as it ends, so a
+    resumed run reports the stages an earlier run did too."""
+
     def __init__(self, out: str):
         self.out = out
-        self.timings: dict[str, float] = {}
+        saved = os.path.join(out, "timings.json")
+        self.timings: dict[str, float] = json.load(open(saved)) if os.path.exists(saved) else {}
         self.commands: list[str] = []
 
     def path(self, *parts) -> str:
@@ -64,7 +68,9 @@ class Run:
         print(f"[{name}] {shown}", flush=True)
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "stepcritic", *map(str, argv)], check=True, cwd=self.out)
-        self.timings[name] = self.timings.get(name, 0.0) + round(time.perf_counter() - start, 1)
+        self.timings[name] = round(self.timings.get(name, 0.0) + time.perf_counter() - start, 1)
+        with open(self.path("timings.json"), "w") as f:
+            json.dump(self.timings, f, indent=2)
 
 
 def chains_list(path: str) -> list[dict]:
