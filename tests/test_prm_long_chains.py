@@ -117,3 +117,25 @@ def test_serve_takes_its_step_limit_from_the_same_rule(capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"stepcritic serve: error: --max-steps {MAX_STEPS + 1}: more than the {MAX_STEPS} steps")
+
+
+def test_grouped_attention_copies_no_cached_key_and_changes_no_score(notes_scorer, monkeypatch):
+    # protects: every step after the first copied the whole cache once per query-head group (transformers'
+    # repeat_kv under a mask), a cost that grew with the chain at every step
+    import os
+
+    from transformers.integrations import sdpa_attention
+
+    from stepcritic.train import scoring
+
+    copies = []
+    real_repeat = sdpa_attention.repeat_kv
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda x, n: copies.append(n) or real_repeat(x, n))
+    monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA", raising=False)
+    chains = [long_chain(6, "a")]
+    grouped = notes_scorer.score(chains)
+    assert copies == [] and "TRANSFORMERS_SDPA_FORCE_GQA" not in os.environ
+    monkeypatch.setattr(scoring, "_grouped_attention_on_cpu", lambda model: scoring.contextlib.nullcontext())
+    copied = notes_scorer.score(chains)
+    assert copies, "the tiny PRM has grouped key/value heads: without the switch transformers copies them"
+    assert all(abs(a - b) < 1e-5 for a, b in zip(grouped[0], copied[0])), (grouped, copied)

@@ -41,6 +41,9 @@ text-only chain scores it from the text, as it was trained on such rows.
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from stepcritic.data_prep import prompts
 from stepcritic.data_prep.images import rgb_images
 from stepcritic.data_prep.schema import chain_images
@@ -159,7 +162,8 @@ class PRMScorer:
         check_modality(self.processor, chains)
         if self.notes:
             self.last_notes = []  # every chain's notes, chain after chain
-            return [self._score_with_notes(chain) for chain in chains]
+            with _grouped_attention_on_cpu(self.model):
+                return [self._score_with_notes(chain) for chain in chains]
         out = []
         for start in range(0, len(chains), self.batch_size):
             out.extend(self._score_batch(chains[start:start + self.batch_size]))
@@ -271,6 +275,27 @@ class PRMScorer:
         context.read(out.past_key_values, torch.cat([ids[0], fed[0, 1:]]))
         probs = out.logits[0, :len(forced)].float().softmax(-1).gather(1, fed[0, 1:, None])[:, 0]
         return float(probs.min())
+
+
+@contextlib.contextmanager
+def _grouped_attention_on_cpu(model):
+    """Let SDPA read grouped key/value heads as they are on CPU, even under a mask.
+
+    A step after the first is read against the chain's cache with an explicit mask, where transformers copies every
+    cached key and value once per query-head group (`repeat_kv`): a cost that grows with the chain at every step.
+    torch's CPU kernels take the groups directly (`enable_gqa`) with the same results; transformers keeps the copy
+    by default because CUDA's fast kernels do not accept a mask beside groups, so this is switched on for CPU only."""
+    key = "TRANSFORMERS_SDPA_FORCE_GQA"
+    before = os.environ.get(key)
+    if next(model.parameters()).device.type == "cpu":
+        os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 class _Context:
