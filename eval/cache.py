@@ -48,26 +48,39 @@ def judge_cache_dir(out_dir: str, judge_name: str, fingerprint: str) -> str:
     return os.path.join(out_dir, "cache", f"{slug}-{fingerprint}")
 
 
-class JsonlLog:
-    """An append-only JSON-lines file keyed by one field; later lines win on a repeated key."""
+def shard_path(path: str, shard: str) -> str:
+    """Where one rank's records of the log at `path` go: `critiques.jsonl` -> `critiques.rank1.jsonl`."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.{shard}{ext}"
 
-    def __init__(self, path: str, key: str):
-        self.path, self.key = path, key
+
+_SHARD = re.compile(r"^(?P<stem>.+)\.rank\d+(?P<ext>\.jsonl)$")
+
+
+class JsonlLog:
+    """An append-only JSON-lines file keyed by one field; later lines win on a repeated key.
+
+    With `shard` (a rank's name, `distributed.World.shard`) it reads the log at `path` and appends to this rank's own
+    file beside it (`shard_path`), so ranks never write one file; `merge_shards` folds the shards back into `path`."""
+
+    def __init__(self, path: str, key: str, shard: str | None = None):
+        self.base = path if shard else None  # read, never written, by a rank's log
+        self.path, self.key = (shard_path(path, shard) if shard else path), key
         self._file = None
         self._synced_at = float("-inf")  # when the last fsync ended
         self._unsynced = False
 
     def load(self) -> dict:
         """All complete records by key. Cuts off a torn last line so the next append starts clean."""
+        records = {record[self.key]: record for record in _complete_records(self.base)} if self.base else {}
         if not os.path.exists(self.path):
-            return {}
+            return records
         with open(self.path, "rb") as f:
             data = f.read()
         complete_end = data.rfind(b"\n") + 1
         if complete_end < len(data):
             with open(self.path, "r+b") as f:
                 f.truncate(complete_end)
-        records = {}
         for line in data[:complete_end].splitlines():
             if line.strip():
                 record = json.loads(line)
@@ -78,12 +91,9 @@ class JsonlLog:
         """Every complete record in the order written (a key may repeat; the last one counts), read a line at a time:
         reading a large log back holds one record at a time, not the whole file and all its records. A torn last
         line is skipped (`load` cuts it off)."""
-        if not os.path.exists(self.path):
-            return
-        with open(self.path, "rb") as f:
-            for line in f:
-                if line.endswith(b"\n") and line.strip():
-                    yield json.loads(line)
+        if self.base:
+            yield from _complete_records(self.base)
+        yield from _complete_records(self.path)
 
     def append(self, records: list[dict]) -> None:
         """Add records: one write, flushed before returning (safe from a killed process), fsynced when the last
@@ -113,16 +123,56 @@ class JsonlLog:
             self._file = None
 
 
-class JudgeCache:
-    """The finished critiques and ShiftCheck picks of one judge (identified by its fingerprint)."""
+def _complete_lines(path: str):
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            for line in f:
+                if line.endswith(b"\n") and line.strip():
+                    yield line
 
-    def __init__(self, out_dir: str, judge_name: str, fingerprint: str):
-        self.dir = judge_cache_dir(out_dir, judge_name, fingerprint)
-        self.critiques = JsonlLog(os.path.join(self.dir, "critiques.jsonl"), key="chain_id")
-        self.picks = JsonlLog(os.path.join(self.dir, "picks.jsonl"), key="question_id")
+
+def _complete_records(path: str):
+    return (json.loads(line) for line in _complete_lines(path))
+
+
+def merge_shards(root: str) -> int:
+    """Fold every rank's log under `root` (`shard_path`) into the log it shards, then remove it: the merged log is
+    written whole through a temporary file (`atomic.writing`), so a kill at any moment leaves either the shards or the
+    merged log, and a line the log already holds (a merge killed before its shards were removed) is not added twice.
+    Run by one process while no rank writes. Returns the number of shards merged."""
+    shards: dict[str, list[str]] = {}
+    for folder, _, names in os.walk(root):
+        for name in sorted(names):
+            match = _SHARD.match(name)
+            if match:
+                base = os.path.join(folder, match["stem"] + match["ext"])
+                shards.setdefault(base, []).append(os.path.join(folder, name))
+    for base, parts in sorted(shards.items()):
+        seen = set()
+        with atomic.writing(base, "wb", fsync=True) as f:
+            for path in [base, *parts]:
+                for line in _complete_lines(path):
+                    if line not in seen:
+                        seen.add(line)
+                        f.write(line)
+        for path in parts:
+            os.remove(path)
+    return sum(len(parts) for parts in shards.values())
+
+
+class JudgeCache:
+    """The finished critiques and ShiftCheck picks of one judge (identified by its fingerprint). `shard`: this rank's
+    (`JsonlLog`); only the `owner` (rank 0) marks the folder used, so that ranks never write one file."""
+
+    def __init__(self, out_dir: str, judge_name: str, fingerprint: str, shard: str | None = None,
+                 owner: bool = True):
+        self.dir, self.shard = judge_cache_dir(out_dir, judge_name, fingerprint), shard
+        self.critiques = JsonlLog(os.path.join(self.dir, "critiques.jsonl"), key="chain_id", shard=shard)
+        self.picks = JsonlLog(os.path.join(self.dir, "picks.jsonl"), key="question_id", shard=shard)
         os.makedirs(self.dir, exist_ok=True)
-        with open(os.path.join(self.dir, "judge.json"), "w") as f:
-            json.dump({"judge": judge_name, "fingerprint": fingerprint}, f)
+        if owner:
+            with open(os.path.join(self.dir, "judge.json"), "w") as f:
+                json.dump({"judge": judge_name, "fingerprint": fingerprint}, f)
 
     def close(self) -> None:
         self.critiques.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from stepcritic import distributed
 from stepcritic.eval.best_of_n import DEFAULT_MAX_SUBSETS
 from stepcritic.eval.cache import saved_sizes
 from stepcritic.eval.config import EvalConfig
@@ -157,6 +158,15 @@ def main(args: argparse.Namespace) -> int:
         raise EvalError(f"chains not found: {args.chains}")
     settings = rpts_settings(args)
     check_options(args)
+    world = distributed.detect()
+    with distributed.joined(world, "eval"):  # under torchrun / accelerate launch: this rank's share of the chains
+        _evaluate(args, settings, world)
+    if world.main:
+        print(f"wrote {os.path.join(args.out, 'report.md')}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, settings, world: distributed.World) -> None:
     judges, builder, corrector, matcher = [], None, None, None
     before = None  # the cache's files when judging began
     try:
@@ -179,7 +189,7 @@ def main(args: argparse.Namespace) -> int:
                             matcher=matcher, progress=not args.no_progress, rpts=settings, tree_builder=builder,
                             corrector=corrector, sweep={"dev_fraction": args.sweep_dev, "seed": args.sweep_seed},
                             best_of_n={"max_subsets": args.bon_subsets}, allow_failures=args.allow_failures,
-                            pairwise={"score": args.pairwise_score}, jobs=args.jobs))
+                            pairwise={"score": args.pairwise_score}, jobs=args.jobs, world=world))
     except FailedRequests:
         raise  # its message says what a rerun does
     except EvalError as e:
@@ -191,5 +201,3 @@ def main(args: argparse.Namespace) -> int:
     finally:
         for judge in judges + [j for j in (builder, corrector, matcher) if j is not None and hasattr(j, "close")]:
             judge.close()
-    print(f"wrote {os.path.join(args.out, 'report.md')}")
-    return 0

@@ -38,3 +38,5 @@ class EvalConfig:
     allow_failures: bool = False
     pairwise: dict | None = None  # {"score": "chain" / "min" / "mean" / "last"} of the pairwise task; None: "chain"
     jobs: int = 1  # judges asked at once, each in a worker process (`eval/parallel.py`)
+    # this process's rank among those a launcher started (`distributed.World`); None: one process
+    world: Any = None

@@ -24,11 +24,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from stepcritic import distributed
 from stepcritic.data_prep.schema import load_chains
 from stepcritic.eval import correction, pairwise, report, verifier
 from stepcritic.eval import failures as failed
 from stepcritic.eval import tasks as registry
-from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, write_jsonl_atomic
+from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, merge_shards, write_jsonl_atomic
 from stepcritic.eval.config import DEFAULT_TASKS, EvalConfig  # noqa: F401  (DEFAULT_TASKS: read from here by callers)
 from stepcritic.eval.errors import EvalError, FailedRequests
 from stepcritic.eval.judge_matcher import build as build_matcher
@@ -253,14 +254,14 @@ def critiques_wanted(judge: Judge, wants_critiques: bool, pairwise_scores: bool)
 
 def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], out_dir: str,
               wants_critiques: bool, progress: bool, wants_verifier: bool = False,
-              pairwise_scores: bool = False) -> dict:
+              pairwise_scores: bool = False, world: distributed.World = distributed.ONE_PROCESS) -> dict:
     """Judge (and ask) what this judge's cache lacks. Returns {"fingerprint", "dir": its cache folder, "run": the
     counts, "failures": {"chains": {chain_id: error}, "questions": {question_id: error}}}; `read_back` then reads
     its results for the chains that are reported. `wants_critiques` and `pairwise_scores` are the plan's
-    (`critiques_wanted`)."""
+    (`critiques_wanted`); under several ranks, what this rank judges goes to its own cache shard (`world.shard`)."""
     wants_critiques = critiques_wanted(judge, wants_critiques, pairwise_scores)
     fingerprint = judge.fingerprint()
-    cache = JudgeCache(out_dir, judge.cache_name, fingerprint)
+    cache = JudgeCache(out_dir, judge.cache_name, fingerprint, shard=world.shard, owner=world.main)
     run: dict = {"critiques": None, "picks": None}
     failures: dict = {"chains": {}, "questions": {}}
     try:
@@ -276,7 +277,7 @@ def run_judge(judge: Judge, dataset, gold: list[dict], questions: list[dict], ou
             run["picks"] = judge_picks(judge, dataset, questions, cache, progress, scores)
             failures["questions"].update(run["picks"].pop("failures"))
         if wants_verifier:
-            run["verifier"] = verifier.ask(judge, dataset, gold, cache.dir, progress)
+            run["verifier"] = verifier.ask(judge, dataset, gold, cache.dir, progress, world.shard, world.main)
             for task, counts in run["verifier"].items():
                 for chain_id, error in (counts.pop("failures") if counts else {}).items():
                     failures["chains"].setdefault(chain_id, f"verifier {task}: {error}")
@@ -435,13 +436,17 @@ class Answers:
     rpts: dict | None
 
 
-def ask_judges(config: EvalConfig, plan: Plan) -> Answers:
+def ask_judges(config: EvalConfig, plan: Plan) -> Answers | None:
     """Every judge asked what its cache lacks (with RPTS, every chain's tree first); failed requests stop here with
-    `FailedRequests` unless `config.allow_failures`."""
+    `FailedRequests` unless `config.allow_failures`. Under several ranks (`config.world`) each asks its share
+    (`ask_on_ranks`) and only rank 0 goes on, with the answers of all; the others get None."""
     judges, out_dir, progress, log = config.judges, config.out_dir, config.progress, config.log
     gold, questions = plan.gold, plan.questions
     wants_critiques, wants_verifier = plan.wants_critiques, plan.wants_verifier
     rpts_block = None
+    if config.world is not None and config.world.size > 1 and (config.tree_builder is not None or config.jobs > 1):
+        raise EvalError("--tree-builder and --jobs run in one process: start the command without torchrun or "
+                        "accelerate launch for them (a builder's trees, once cached, serve a run of several ranks)")
     if "rpts" in config.tasks:  # every chain's tree, before any judge that scores by it (`--rpts-scorer`) is run
         rpts = config.rpts or Settings()
         rpts_block = {"settings": rpts.as_json(), **attach(gold, step_texts_only(plan.plain), out_dir, judges,
@@ -449,13 +454,21 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers:
     elif config.tree_builder is not None or any(hasattr(j, "bind_trees") for j in judges):
         raise EvalError("a tree builder or an RPTS scorer only serves RPTS: add --tasks rpts")
     pairwise_scores = plan.pairwise_scores
-    args = (gold, questions, out_dir, wants_critiques, progress, wants_verifier, pairwise_scores)
-    if config.jobs > 1 and len(judges) > 1:
+    world = config.world or distributed.ONE_PROCESS
+    if world.main:  # what a killed run of any number of ranks saved, in the logs every rank reads
+        merge_shards(os.path.join(out_dir, "cache"))
+    if world.size > 1:
+        runs = ask_on_ranks(config, plan, world)
+        if runs is None:
+            return None
+    elif config.jobs > 1 and len(judges) > 1:
         from stepcritic.eval import parallel
 
+        args = (gold, questions, out_dir, wants_critiques, progress, wants_verifier, pairwise_scores)
         runs = parallel.run_judges(run_judge, load_dataset, judges, config.jobs, config.chains, config.limit,
                                    {True: plan.decoded, False: plan.plain}, args)
     else:
+        args = (gold, questions, out_dir, wants_critiques, progress, wants_verifier, pairwise_scores)
         runs = {judge.name: run_judge(judge, plan.decoded if judge.needs_images else plan.plain, *args)
                 for judge in judges}
     failures = {name: run.pop("failures") for name, run in runs.items()}
@@ -484,6 +497,58 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers:
             "some of these chains or questions)")
     runs.update(earlier)
     return Answers(runs, gold, positions, questions, failed_section, sorted(earlier), left_out, rpts_block)
+
+
+def rank_share(gold: list[dict], questions: list[dict], world: distributed.World) -> tuple[list[int], list[dict]]:
+    """This rank's share of the chains (their positions) and questions: whole questions (`group_id`), so that
+    choice ranking, best-of-n, pairwise and ShiftCheck see whole groups, dealt out by the steps a judge reads."""
+    work: dict = defaultdict(int)
+    for g in gold:
+        work[g["group_id"]] += 1 + len(g["steps"])
+    mine = distributed.split(work, world.size)[world.rank]
+    return [i for i, g in enumerate(gold) if g["group_id"] in mine], [q for q in questions if q["group_id"] in mine]
+
+
+def ask_on_ranks(config: EvalConfig, plan: Plan, world: distributed.World) -> dict | None:
+    """`run_judge` of every judge on this rank's share (a judge that does not shard, `Judge.shards`, on rank 0 with
+    every question), each rank saving to its own cache shards; after every rank is done, rank 0 merges the shards
+    and gets every rank's counts added up, as one process would have counted them; the others get None."""
+    distributed.barrier(world)  # rank 0 has merged what earlier runs left in shards
+    positions, questions = rank_share(plan.gold, plan.questions, world)
+    gold = [plan.gold[i] for i in positions]
+    progress = config.progress and world.main  # the bars of several ranks would interleave
+    runs = {}
+    for judge in config.judges:
+        dataset = plan.decoded if judge.needs_images else plan.plain
+        if judge.shards:
+            runs[judge.name] = run_judge(judge, dataset.select(positions), gold, questions, config.out_dir,
+                                         plan.wants_critiques, progress, plan.wants_verifier, plan.pairwise_scores,
+                                         world)
+        elif world.main:
+            runs[judge.name] = run_judge(judge, dataset, plan.gold, plan.questions, config.out_dir,
+                                         plan.wants_critiques, progress, plan.wants_verifier, plan.pairwise_scores,
+                                         world)
+    distributed.barrier(world)
+    every_rank = distributed.gather(world, runs)
+    if not world.main:
+        return None
+    merge_shards(os.path.join(config.out_dir, "cache"))
+    return {judge.name: _added([ranks[judge.name] for ranks in every_rank if judge.name in ranks])
+            for judge in config.judges}
+
+
+def _added(values: list):
+    """Counts of several ranks added up key by key (the first rank's order); None where a rank had nothing."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    first = present[0]
+    if isinstance(first, dict):
+        keys = list(dict.fromkeys(k for v in present for k in v))
+        return {k: _added([v.get(k) for v in present]) for k in keys}
+    if isinstance(first, bool) or not isinstance(first, (int, float)):
+        return first  # a fingerprint, a folder: the same on every rank; an error: one rank's (its key is unique)
+    return sum(present)
 
 
 def score(config: EvalConfig, plan: Plan, answers: Answers) -> dict:
@@ -537,11 +602,13 @@ def _long_lived_data():
         gc.unfreeze()
 
 
-def _evaluate(config: EvalConfig) -> dict:
+def _evaluate(config: EvalConfig) -> dict | None:
     with _long_lived_data():
         plan = make_plan(config)
         gc.freeze()
         answers = ask_judges(config, plan)
+        if answers is None:  # a rank other than 0 under torchrun: rank 0 writes every output
+            return None
         plan.plain = None  # read by no later stage: its memory-mapped pages need not stay in memory
         gc.freeze()
         write_jsonl_atomic(os.path.join(config.out_dir, "predictions.jsonl"),

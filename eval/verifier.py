@@ -65,28 +65,31 @@ def targets(chain: dict) -> tuple[dict, list[dict]]:
 class _Log:
     """What `judging.judge_chains` writes to: one task's answers, in the place of a judge's critiques."""
 
-    def __init__(self, path: str):
-        self.critiques = JsonlLog(path, "chain_id")
+    def __init__(self, path: str, shard: str | None = None):
+        self.critiques = JsonlLog(path, "chain_id", shard=shard)
 
 
 def _task_file(folder: str, task: str, fingerprint: str) -> str:
     return os.path.join(folder, "verifier", f"{task}-{fingerprint}.jsonl")
 
 
-def ask(judge, dataset, gold: list[dict], folder: str, progress: bool) -> dict:
+def ask(judge, dataset, gold: list[dict], folder: str, progress: bool, shard: str | None = None,
+        owner: bool = True) -> dict:
     """Ask `judge` (through `judge.verifier(task)`) every task on the chains its cache in `folder` (the judge's
     cache folder) lacks. Returns, per task, the counts of `judging.judge_chains` (None for a task it cannot answer),
-    whose `failures` are the chains left unanswered (no reply came back: not saved, asked again next run)."""
+    whose `failures` are the chains left unanswered (no reply came back: not saved, asked again next run). `shard`
+    and `owner` are a rank's (`cache.JudgeCache`): its answers go to its own files, and only rank 0 writes the index."""
     answering = {task: judge.verifier(task) for task in TABLE_2_ORDER}
     index = {task: None if j is None else j.fingerprint() for task, j in answering.items()}
     os.makedirs(os.path.join(folder, "verifier"), exist_ok=True)
-    write_json_atomic(os.path.join(folder, "verifier", INDEX), index)
+    if owner:
+        write_json_atomic(os.path.join(folder, "verifier", INDEX), index)
     counts = {}
     for task, asked in answering.items():
         if asked is None:
             counts[task] = None
             continue
-        log = _Log(_task_file(folder, task, index[task]))
+        log = _Log(_task_file(folder, task, index[task]), shard)
         try:
             counts[task] = judge_chains(asked, dataset, gold, log, progress)
         finally:

@@ -57,6 +57,9 @@ class Judge:
     kind = "base"
     batch_size = 8
     needs_images = True  # False lets the runner skip decoding images (baselines)
+    # under several ranks each asks this judge its share of the questions; False (a server's judge): rank 0 asks all
+    # of them, so the server sees the judge's own `concurrency` whatever the number of ranks
+    shards = True
     # options that change speed or placement, not answers: kept out of the fingerprint and of the cache
     # folder's name, so a larger batch or another device reuses the cache. Subclasses add their own.
     RUNTIME_OPTIONS = frozenset({"batch_size", "device"})

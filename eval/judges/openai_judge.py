@@ -54,6 +54,7 @@ def openai_messages(prompt: Prompt) -> list[dict]:
 
 class OpenAIJudge(GenerativeJudge):
     kind = "openai"
+    shards = False  # asked from rank 0 alone, at its own concurrency (`Judge.shards`)
     OPTIONS = {**GenerativeJudge.OPTIONS, "base_url": str, "api_key_env": str, "concurrency": int,
                "timeout": float, "max_retries": int, "backoff": float}
     RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"concurrency", "timeout", "max_retries", "backoff",

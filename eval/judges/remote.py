@@ -67,6 +67,7 @@ class _Unreadable(ValueError):
 
 class RemoteJudge(Judge):
     kind = "remote"
+    shards = False  # asked from rank 0 alone, at its own concurrency (`Judge.shards`)
     OPTIONS = {"api_key_env": str, "concurrency": int, "timeout": float, "max_retries": int, "backoff": float,
                "batch_size": int, "threshold": float, "aggregate": str}
     # the URL says where the scores are computed, not what they are: the served judge's fingerprint says that

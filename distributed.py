@@ -1,0 +1,187 @@
+"""The processes a launcher started (`torchrun`, `accelerate launch`, SLURM through them), for the stages that are not
+training: `stepcritic eval`, `generate` and `data label` split their questions over the ranks.
+
+`detect` reads the launcher's variables (RANK, WORLD_SIZE, LOCAL_RANK); one process is a world of size 1, and every
+function here is then a no-op, so a stage is written once for both. `split` deals out whole questions (a chain's
+`group_id`) by their work, the same way on every rank. `joined` starts torch.distributed (gloo: the ranks exchange
+counts and wait for each other, never tensors, so it is the same on CPUs and GPUs), puts the rank on its own GPU by
+LOCAL_RANK, and makes a rank that fails stop the others: it posts its error in the launcher's store, which every rank
+watches, so each stops within a second with one line naming the failed rank. A rank killed outright is stopped by
+the launcher itself (torchrun stops a node's other workers when one dies), and `barrier`'s timeout is the backstop
+for a rank that vanished with its node.
+
+Stdlib only at the top: the command-line modules import it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from stepcritic.errors import UserError
+
+# how long a rank waits at a barrier for the slowest one: a rank's share of the work may take hours more than
+# another's only when the shards are far from balanced, and a dead rank is found sooner through the store
+BARRIER_SECONDS = float(os.environ.get("STEPCRITIC_BARRIER_TIMEOUT", 6 * 3600))
+FAILED_KEY = "stepcritic/failed"
+WATCH_SECONDS = 0.5
+GRACE_SECONDS = 5.0
+
+
+class RankFailed(UserError):
+    """A rank's error, named by its rank: the one line the command prints."""
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        """The rank that merges the shards and writes the outputs."""
+        return self.rank == 0
+
+    @property
+    def shard(self) -> str | None:
+        """The name of this rank's cache shard (`eval.cache.JsonlLog`), None in one process."""
+        return None if self.size == 1 else f"rank{self.rank}"
+
+
+ONE_PROCESS = World()
+
+
+def detect(environ=os.environ) -> World:
+    """The world the launcher's variables describe; one process when WORLD_SIZE is unset or 1."""
+    try:
+        size = int(environ.get("WORLD_SIZE", "1"))
+        rank = int(environ.get("RANK", "0"))
+        local = int(environ.get("LOCAL_RANK", environ.get("LOCAL_PROCESS_RANK", "0")))
+    except ValueError:
+        raise UserError(f"RANK={environ.get('RANK')!r}, WORLD_SIZE={environ.get('WORLD_SIZE')!r} and LOCAL_RANK="
+                        f"{environ.get('LOCAL_RANK')!r} must be integers (set by torchrun or accelerate launch)") \
+            from None
+    if size < 1 or not 0 <= rank < size:
+        raise UserError(f"RANK={rank} is not a rank of WORLD_SIZE={size}")
+    if size > 1 and "MASTER_ADDR" not in environ:
+        raise UserError("WORLD_SIZE is set but MASTER_ADDR is not: start the command with torchrun or accelerate "
+                        "launch (they set both), or unset WORLD_SIZE to run in one process")
+    return World(rank, size, local)
+
+
+def split(work: dict, size: int) -> list[set]:
+    """`work` ({question: its work, e.g. steps to judge}) dealt out to `size` ranks: the largest question first to the
+    rank with the least so far (ties: the lower rank), questions of equal work in their key's order. The same on every
+    rank and for every run of the same questions."""
+    shares, loads = [set() for _ in range(size)], [0] * size
+    for key in sorted(work, key=lambda k: (-work[k], str(k))):
+        least = min(range(size), key=lambda r: (loads[r], r))
+        shares[least].add(key)
+        loads[least] += work[key]
+    return shares
+
+
+def _store():
+    """A client of the store the launcher (or rank 0) serves at MASTER_ADDR:MASTER_PORT."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=timedelta(seconds=30))
+
+
+def _watch(world: World, what: str, done: threading.Event) -> None:
+    """Stop this process as soon as another rank has posted its failure, or the store is gone with the job."""
+    try:
+        store = _store()
+        while not done.wait(WATCH_SECONDS):
+            if store.check([FAILED_KEY]):
+                message = store.get(FAILED_KEY).decode()
+                break
+        else:
+            return
+    except Exception as e:  # the store's server went down: the launcher is stopping the job
+        if done.is_set():
+            return
+        message = f"the job's store is gone ({type(e).__name__}): another rank or node stopped"
+    if not done.is_set():
+        print(f"stepcritic {what}: error: rank {world.rank} stopped: {message}", file=sys.stderr, flush=True)
+        # the failed rank exits first, so that the launcher names it as the first failure (torchrun then stops this
+        # process itself); on another node, nothing stops this one but itself
+        time.sleep(GRACE_SECONDS)
+        os._exit(2)
+
+
+def _post(world: World, message: str) -> None:
+    try:
+        _store().set(FAILED_KEY, message)
+    except Exception:  # noqa: S110  (the launcher stops the others when this process exits non-zero anyway)
+        pass
+
+
+def _place(world: World) -> None:
+    """One GPU per rank: "cuda" means the LOCAL_RANK-th one from here on (a judge's `pick_device`)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
+
+
+@contextmanager
+def joined(world: World, what: str):
+    """The block run as one rank of `world` (`what`: the command, for the error line); nothing in one process."""
+    if world.size == 1:
+        yield
+        return
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=world.rank, world_size=world.size,
+                            timeout=timedelta(seconds=BARRIER_SECONDS))
+    _place(world)
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(world, what, done), daemon=True, name="stepcritic-watch")
+    watcher.start()
+    try:
+        yield
+    except BaseException as e:
+        message = f"rank {world.rank} of {world.size} failed: {e if isinstance(e, UserError) else repr(e)}"
+        _post(world, message)
+        done.set()
+        if isinstance(e, UserError):
+            raise RankFailed(message) from e
+        raise
+    else:
+        done.set()
+    finally:
+        watcher.join(timeout=2 * WATCH_SECONDS)
+        dist.destroy_process_group()
+
+
+def barrier(world: World) -> None:
+    """Every rank waits here for the others; a rank that never comes fails the wait on rank 0, naming it."""
+    if world.size == 1:
+        return
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.monitored_barrier(timeout=timedelta(seconds=BARRIER_SECONDS), wait_all_ranks=True)
+
+
+def gather(world: World, value) -> list:
+    """Every rank's `value`, in rank order, on every rank."""
+    if world.size == 1:
+        return [value]
+    import torch.distributed as dist
+
+    out = [None] * world.size
+    dist.all_gather_object(out, value)
+    return out

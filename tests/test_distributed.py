@@ -1,0 +1,202 @@
+"""`stepcritic eval` under torchrun and accelerate launch: ranks share whole questions, each saves its own cache
+shard, rank 0 merges them and writes what one process writes; a rank that fails or is killed stops the others, and
+a rerun with any number of ranks asks only what no shard saved. Two processes on CPU with gloo."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import helpers
+import pytest
+
+from stepcritic import distributed
+from stepcritic.data_prep.schema import save_chains, validate_chain
+from stepcritic.eval.cache import JsonlLog, merge_shards, shard_path
+from stepcritic.eval.judges.base import Critique, Judge
+from stepcritic.testing.fake_openai_server import FakeOpenAIServer
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS_DIR)
+# FAIL: "RANK:AFTER:raise|kill"; DELAY: seconds per chain
+LOG, FAIL, DELAY = "STEPCRITIC_TEST_RANK_LOG", "STEPCRITIC_TEST_RANK_FAILS", "STEPCRITIC_TEST_RANK_DELAY"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "stepcritic"]
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--main_process_port", "0", "-m", "stepcritic"]
+ONE = [sys.executable, "-m", "stepcritic"]
+
+
+class RankJudge(Judge):
+    """Used as `py:test_distributed.RankJudge` by the ranks: logs what its rank judged, sleeps $DELAY per chain, and on
+    the rank that $FAIL names raises (or kills its own process) after so many chains. Those are environment
+    variables, not options: the fingerprint stays the judge's, as for a real crash."""
+
+    kind = "test-rank"
+    needs_images = False
+    batch_size = 1
+
+    def judge_batch(self, chains):
+        rank = os.environ.get("RANK", "0")
+        fail_rank, after, how = (os.environ.get(FAIL) or "-:0:-").split(":")
+        log = f"{os.environ[LOG]}.{rank}"
+        done = sum(1 for _ in open(log)) if os.path.exists(log) else 0
+        if rank == fail_rank and done >= int(after):
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ConnectionError("endpoint went away")
+        time.sleep(float(os.environ.get(DELAY, 0)) * len(chains))
+        with open(log, "a") as f:
+            f.write("".join(c["chain_id"] + "\n" for c in chains))
+        return [Critique(c["chain_id"], [True] * (len(c["steps"]) - 1) + [False], chain_score=len(c["chain_id"]))
+                for c in chains]
+
+
+def write_chains(path, n):
+    # groups of two and of three chains, and steps of differing counts, so that shards are not equal by count alone
+    chains = helpers.chains(n)
+    for i, chain in enumerate(chains):
+        if i % 5 == 0:
+            chain["group_id"] = "g0"
+        chain["steps"] = chain["steps"][:2 + i % 2]
+    save_chains([validate_chain(c) for c in chains], path)
+    return {c["chain_id"] for c in chains}
+
+
+def run(launcher, args, tmp_path, env=None, timeout=180):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1", **(env or {}))
+    env.pop("WORLD_SIZE", None)
+    return subprocess.run(launcher + args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def judged(log):
+    ids = []
+    for rank in range(3):
+        if os.path.exists(f"{log}.{rank}"):
+            with open(f"{log}.{rank}") as f:
+                ids += f.read().split()
+    return ids
+
+
+def saved(out):
+    """Every chain id saved in the cache's critique logs, shards included."""
+    return {r["chain_id"] for root, _, files in os.walk(os.path.join(out, "cache")) for name in files
+            if name.startswith("critiques") for r in JsonlLog(os.path.join(root, name), "chain_id").records()}
+
+
+# ----------------------------------------------------------------------------- sharding and merging
+
+def test_questions_are_dealt_out_whole_by_their_work_the_same_way_every_time():
+    work = {"big": 10, "a": 3, "b": 3, "c": 2, "d": 2, "e": 1}
+    shares = distributed.split(work, 2)
+    assert shares == distributed.split(dict(reversed(work.items())), 2)  # the order given does not matter
+    assert set().union(*shares) == set(work) and not shares[0] & shares[1]
+    assert sorted(sum(work[k] for k in share) for share in shares) == [10, 11]  # by count it would be 3 and 3
+    assert distributed.split(work, 8)[7] == set()  # more ranks than questions: some have none
+
+
+def test_merging_shards_keeps_every_record_once_and_removes_the_shards(tmp_path):
+    base = str(tmp_path / "judge" / "critiques.jsonl")
+    os.makedirs(os.path.dirname(base))
+    with open(base, "w") as f:
+        f.write('{"chain_id": "a", "v": 1}\n{"chain_id": "b", "v"')  # a run of one process killed mid-write
+    rank1 = JsonlLog(base, "chain_id", shard="rank1")
+    assert set(rank1.load()) == {"a"}  # a rank reads the merged log and its own shard
+    rank1.append([{"chain_id": "b", "v": 2}, {"chain_id": "a", "v": 1}])
+    rank1.close()
+    with open(shard_path(base, "rank0"), "w") as f:
+        f.write('{"chain_id": "c", "v": 3}\n{"chain_id": "d"')  # a rank killed mid-write
+    assert merge_shards(str(tmp_path)) == 2
+    assert os.listdir(os.path.dirname(base)) == ["critiques.jsonl"]
+    with open(base) as f:
+        assert [json.loads(line) for line in f] == [{"chain_id": "a", "v": 1}, {"chain_id": "c", "v": 3},
+                                                    {"chain_id": "b", "v": 2}]
+    assert merge_shards(str(tmp_path)) == 0
+
+
+def test_the_world_comes_from_the_launchers_variables():
+    assert distributed.detect({}) == distributed.World(0, 1, 0)
+    world = distributed.detect({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "node0"})
+    assert (world.rank, world.size, world.local_rank, world.shard, world.main) == (3, 4, 1, "rank3", False)
+    with pytest.raises(distributed.UserError, match="MASTER_ADDR"):
+        distributed.detect({"RANK": "0", "WORLD_SIZE": "2"})
+    with pytest.raises(distributed.UserError, match="not a rank"):
+        distributed.detect({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "x"})
+
+
+# ----------------------------------------------------------------------------- launched
+
+def test_two_ranks_write_the_metrics_and_report_of_one_process(tmp_path, tiny_prm):
+    write_chains(str(tmp_path / "chains"), 20)
+    args = ["eval", "--chains", "chains", "--judge", f"prm:{tiny_prm}", "--judge", "random,rate=0.3,seed=0",
+            "--no-progress", "--tasks", "critique", "choice", "shiftcheck", "rpts", "best-of-n", "pairwise",
+            "--out"]
+    one = run(ONE, args + ["one"], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run(TORCHRUN, args + ["two"], tmp_path)
+    assert two.returncode == 0, two.stderr[-3000:]
+    for name in ("metrics.json", "report.md", "predictions.jsonl"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    left = [name for _, _, files in os.walk(tmp_path / "two" / "cache") for name in files if ".rank" in name]
+    assert left == []  # every shard merged
+    assert two.stdout.count("wrote") == 1  # rank 0 alone writes and says so
+
+
+def test_accelerate_launch_runs_it_unchanged(tmp_path):
+    write_chains(str(tmp_path / "chains"), 12)
+    args = ["eval", "--chains", "chains", "--judge", "py:test_distributed.RankJudge", "--no-progress", "--out"]
+    env = {LOG: str(tmp_path / "log")}
+    one = run(ONE, args + ["one"], tmp_path, env=env)
+    assert one.returncode == 0, one.stderr[-3000:]
+    os.remove(tmp_path / "log.0")
+    two = run(ACCELERATE, args + ["two"], tmp_path, env=env)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert (tmp_path / "two" / "metrics.json").read_bytes() == (tmp_path / "one" / "metrics.json").read_bytes()
+    assert os.path.exists(tmp_path / "log.1")  # the second rank judged its share
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_failed_rank_stops_every_rank_and_a_rerun_asks_only_what_no_shard_saved(tmp_path, how):
+    """Rank 1 fails after 3 chains while rank 0 still has seconds of work; every rank stops at once. The rerun, with
+    one process after a raise and with two after a kill, judges exactly the chains no shard saved."""
+    all_ids = write_chains(str(tmp_path / "chains"), 30)
+    args = ["eval", "--chains", "chains", "--judge", "py:test_distributed.RankJudge", "--no-progress",
+            "--tasks", "critique", "choice", "--out", "out"]
+    first_log = str(tmp_path / "first")
+    started = time.monotonic()
+    first = run(TORCHRUN, args, tmp_path, env={LOG: first_log, FAIL: f"1:3:{how}", DELAY: "0.5"},
+                timeout=120)
+    elapsed = time.monotonic() - started
+    assert first.returncode != 0
+    assert len(judged(first_log)) < len(all_ids)
+    with open(f"{first_log}.0") as f:
+        assert len(f.read().split()) < 12, "rank 0 went on judging its share of 15 chains"
+    assert elapsed < 60, elapsed
+    if how == "raise":
+        lines = [line for line in first.stderr.splitlines() if line.startswith("stepcritic eval: error: ")]
+        assert all("rank 1 of 2 failed: " in line and "endpoint went away" in line for line in lines)
+        assert len(lines) in (1, 2) and "rank 1 of 2 failed" in lines[0]  # rank 0's line, when torchrun let it print
+        assert "local_rank: 1" in first.stderr.split("Root Cause")[1]  # torchrun names the rank that failed first
+        assert first.stderr.count("Traceback") == first.stderr.count("errors.ChildFailedError")  # torchrun's alone
+    kept = saved(tmp_path / "out")
+    assert set(judged(first_log)) == kept
+
+    second_log = str(tmp_path / "second")
+    rerun = run(ONE if how == "raise" else TORCHRUN, args, tmp_path, env={LOG: second_log})
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert sorted(judged(second_log)) == sorted(all_ids - kept)  # nothing saved is asked again
+    [log] = [os.path.join(root, "critiques.jsonl") for root, _, files in os.walk(tmp_path / "out" / "cache")
+             if "critiques.jsonl" in files]
+    with open(log) as f:
+        assert sorted(json.loads(line)["chain_id"] for line in f) == sorted(all_ids)  # nothing lost, nothing twice
+
+
+def test_a_server_judge_is_asked_from_rank_0_alone_at_its_own_concurrency(tmp_path):
+    all_ids = write_chains(str(tmp_path / "chains"), 12)
+    with FakeOpenAIServer(latency=0.05) as server:
+        two = run(TORCHRUN, ["eval", "--chains", "chains", "--no-progress", "--tasks", "critique", "--out", "out",
+                             "--judge", f"openai:fake-model,base_url={server.base_url},concurrency=2"], tmp_path)
+        assert two.returncode == 0, two.stderr[-3000:]
+        assert len(server.requests) == len(all_ids) and server.max_in_flight <= 2
