@@ -86,6 +86,11 @@ def split(work: dict, size: int) -> list[set]:
     return shares
 
 
+def share(world: World, work: dict) -> set:
+    """This rank's questions of `work` (`split`); all of them in one process."""
+    return set(work) if world.size == 1 else split(work, world.size)[world.rank]
+
+
 def _store():
     """A client of the store the launcher (or rank 0) serves at MASTER_ADDR:MASTER_PORT."""
     from datetime import timedelta

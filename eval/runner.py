@@ -505,7 +505,7 @@ def rank_share(gold: list[dict], questions: list[dict], world: distributed.World
     work: dict = defaultdict(int)
     for g in gold:
         work[g["group_id"]] += 1 + len(g["steps"])
-    mine = distributed.split(work, world.size)[world.rank]
+    mine = distributed.share(world, work)
     return [i for i, g in enumerate(gold) if g["group_id"] in mine], [q for q in questions if q["group_id"] in mine]
 
 

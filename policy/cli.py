@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from stepcritic import distributed
+
 METHODS = ("mc", "binary")  # policy/label.py's, here without importing it
 
 
@@ -80,9 +82,13 @@ def main(args: argparse.Namespace) -> int:
     from stepcritic.policy.generate import generate
 
     progress = not args.quiet and sys.stderr.isatty()
-    stats = generate(args.chains, args.policy, args.out, args.samples, temperature=args.temperature,
-                     max_new_tokens=args.max_new_tokens, seed=args.seed, template=args.template,
-                     overwrite=args.overwrite, progress=progress, limit=args.limit)
+    world = distributed.detect()
+    with distributed.joined(world, "generate"):  # under torchrun / accelerate launch: this rank's questions
+        stats = generate(args.chains, args.policy, args.out, args.samples, temperature=args.temperature,
+                         max_new_tokens=args.max_new_tokens, seed=args.seed, template=args.template,
+                         overwrite=args.overwrite, progress=progress, limit=args.limit, world=world)
+    if stats is None:  # another rank than 0: rank 0 writes the folder
+        return 0
     print(f"generated questions={stats['questions']}, samples={stats['samples']}, parsed={stats['parsed']}, "
           f"unparsed={stats['unparsed']} ({stats['answers_correct']} right answers, {stats['asked']} asked, "
           f"{stats['cached']} saved before) -> {args.out}")
@@ -96,9 +102,13 @@ def run_label(args: argparse.Namespace) -> int:
     progress = not args.quiet and sys.stderr.isatty()
     settings = LabelSettings(method=args.method, rollouts=args.rollouts, max_steps=args.max_steps,
                              stop_after_zero=args.stop_after_zero, rollout_budget=args.rollout_budget, seed=args.seed)
-    stats = label(args.chains, args.completer, args.out, settings, temperature=args.temperature,
-                  max_new_tokens=args.max_new_tokens, template=args.template, consensus=args.consensus,
-                  overwrite=args.overwrite, progress=progress)
+    world = distributed.detect()
+    with distributed.joined(world, "data label"):  # under torchrun / accelerate launch: this rank's questions
+        stats = label(args.chains, args.completer, args.out, settings, temperature=args.temperature,
+                      max_new_tokens=args.max_new_tokens, template=args.template, consensus=args.consensus,
+                      overwrite=args.overwrite, progress=progress, world=world)
+    if stats is None:  # another rank than 0: rank 0 writes the folder
+        return 0
     r = stats["rollouts"]
     left = ", ".join(f"{k} {v}" for k, v in stats["left_out"].items() if v)
     print(f"labelled chains={stats['chains_out']} of {stats['chains_in']}, steps={stats['steps']} "

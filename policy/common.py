@@ -125,6 +125,26 @@ def ask_saved(model, jobs: list, log, seed: int, what: str, progress: bool, desc
     return asked, {key: record["text"] for key, record in log.load().items()}
 
 
+def ask_on_ranks(world, ask_share, path: str) -> set | None:
+    """Under several ranks (`distributed.World`), `ask_share(shard)` asks this rank's share of the answers into its own
+    shard of the log at `path` (`shard`: its name, for `JsonlLog`). Rank 0 first merges the shards a killed run left
+    there and, once every rank is done, those of this run. Returns, on rank 0, the keys that were saved before this
+    run (what one process would have counted as cached), and None on the others: rank 0 alone writes the chains."""
+    from stepcritic import distributed
+    from stepcritic.eval.cache import JsonlLog, merge_shards
+
+    before = None
+    if world.main:
+        merge_shards(os.path.dirname(path))
+        before = set(JsonlLog(path, "key").load())
+    distributed.barrier(world)
+    ask_share(world.shard)
+    distributed.barrier(world)
+    if world.main:
+        merge_shards(os.path.dirname(path))
+    return before
+
+
 def install(out_dir: str, inputs: dict[str, str | None], write) -> None:
     """`write(target)` writes the finished chains folder; it replaces --out with the cache copied in."""
     with outputs.staged(out_dir, True, inputs) as target:

@@ -66,9 +66,11 @@ def sample_key(fingerprint: str, template, chain: dict, k: int, seed: int) -> st
 
 def generate(chains_path: str, policy: str, out_dir: str, samples: int, temperature: float | None = 1.0,
              max_new_tokens: int | None = 256, seed: int = 0, template: str | None = None, overwrite: bool = False,
-             progress: bool = False, limit: int | None = None) -> dict:
+             progress: bool = False, limit: int | None = None, world=None) -> dict | None:
     """Sample `samples` chains per question of `chains_path` from the `policy` spec into a chains folder at `out_dir`;
-    returns its stats (also in `out_dir/stats.json`)."""
+    returns its stats (also in `out_dir/stats.json`). Under several ranks (`world`, a `distributed.World`) each asks
+    its share of the questions and rank 0 writes the folder; the others return None."""
+    from stepcritic import distributed
     from stepcritic.eval.cache import JsonlLog
     from stepcritic.eval.judges.prompting import chain_prompt
 
@@ -96,8 +98,23 @@ def generate(chains_path: str, policy: str, out_dir: str, samples: int, temperat
             return lambda: chain_prompt(prompts.policy_messages(chain, loaded), chain)
 
         jobs = [(keys[i, k], make(i)) for i in rows for k in range(samples)]
-        log = JsonlLog(os.path.join(common.cache_dir(out_dir, model.cache_name, fingerprint), "samples.jsonl"), "key")
-        asked, texts = common.ask_saved(model, jobs, log, seed, "samples", progress)
+        path = os.path.join(common.cache_dir(out_dir, model.cache_name, fingerprint), "samples.jsonl")
+        world = world or distributed.ONE_PROCESS
+        if world.size == 1:
+            asked, texts = common.ask_saved(model, jobs, JsonlLog(path, "key"), seed, "samples", progress)
+        else:  # whole questions to each rank; every sample of a question is equal work
+            mine = distributed.share(world, {shown[i]["group_id"]: samples for i in rows})
+            share = [(keys[i, k], make(i)) for i in rows if shown[i]["group_id"] in mine for k in range(samples)]
+
+            def ask_share(shard):
+                common.ask_saved(model, share, JsonlLog(path, "key", shard=shard), seed, "samples",
+                                 progress and world.main)
+
+            before = common.ask_on_ranks(world, ask_share, path)
+            if before is None:
+                return None
+            asked = {"asked": len(set(keys.values()) - before), "cached": len(set(keys.values()) & before)}
+            texts = {key: record["text"] for key, record in JsonlLog(path, "key").load().items()}
     finally:
         model.close()
     settings = {**common.sampling(model), "samples": samples, "seed": seed, "template": loaded.name,

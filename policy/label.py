@@ -281,11 +281,43 @@ def _consensus(judge_spec: str, seen: dict, hard: dict, out_dir: str, progress: 
     return kept, counts
 
 
+def _roll_out(model, ids: list[str], seen: dict, searches: dict, log, loaded, fingerprint: str,
+              settings: LabelSettings, progress: bool, saved: set) -> dict:
+    """Every search of `ids` to its end, a round at a time; returns the counts of rollouts asked, saved before
+    (`saved`: the keys in the log when the run began), and rounds."""
+    totals = {"asked": 0, "cached": 0, "rounds": 0}
+    n = settings.rollouts
+    while wanted := [(cid, end) for cid in ids for end in searches[cid].wanted()]:
+        totals["rounds"] += 1
+        jobs, keys = [], {}
+        for cid, end in wanted:
+            if searches[cid].cost(end) == 0:  # the whole chain: its own answer says
+                searches[cid].take(end, float(answers.reaches_gold(seen[cid], own_answer(seen[cid]))), 0)
+                continue
+            keys[cid, end] = [rollout_key(fingerprint, loaded, seen[cid], end, k, settings.seed) for k in range(n)]
+            jobs += [(key, lambda c=cid, e=end: rollout_prompt(seen[c], e, loaded)) for key in keys[cid, end]]
+        if not jobs:
+            continue
+        _, texts = common.ask_saved(model, jobs, log, settings.seed, "rollouts", progress,
+                                    f"rollouts (round {totals['rounds']})")
+        round_keys = {key for key, _ in jobs}
+        totals["asked"] += len(round_keys - saved)
+        totals["cached"] += len(round_keys & saved)
+        saved |= round_keys
+        for (cid, end), ks in keys.items():
+            prefix = prefix_text(seen[cid], end)
+            reached = [answers.reaches_gold(seen[cid], read_sample(prefix + texts[key])[1]) for key in ks]
+            searches[cid].take(end, sum(reached) / n, n)
+    return totals
+
+
 def label(chains_path: str, completer: str, out_dir: str, settings: LabelSettings, temperature: float | None = 1.0,
           max_new_tokens: int | None = 128, template: str | None = None, consensus: str | None = None,
-          overwrite: bool = False, progress: bool = False) -> dict:
+          overwrite: bool = False, progress: bool = False, world=None) -> dict | None:
     """Label every step of the chains at `chains_path` by rollouts of `completer` into a chains folder at `out_dir`;
-    returns its stats (also in `out_dir/stats.json`)."""
+    returns its stats (also in `out_dir/stats.json`). Under several ranks (`world`, a `distributed.World`) each rolls
+    out its share of the questions and rank 0 writes the folder; the others return None."""
+    from stepcritic import distributed
     from stepcritic.eval.cache import JsonlLog
     from stepcritic.policy.card import write_label_card
 
@@ -303,33 +335,35 @@ def label(chains_path: str, completer: str, out_dir: str, settings: LabelSetting
     model = common.generative_model(completer, temperature, max_new_tokens, "--completer", continues=True)
     ids = chains.data.column("chain_id").to_pylist()
     seen = {cid: blind(chains[i], settings.max_steps) for i, cid in enumerate(ids)}
-    searches = {cid: SEARCHES[settings.method](seen[cid], settings) for cid in ids}
-    totals = {"asked": 0, "cached": 0, "rounds": 0}
+    world = world or distributed.ONE_PROCESS
     try:
         fingerprint = model.fingerprint()
-        log = JsonlLog(os.path.join(common.cache_dir(out_dir, model.cache_name, fingerprint), "rollouts.jsonl"),
-                       "key")
-        n = settings.rollouts
-        while wanted := [(cid, end) for cid in ids for end in searches[cid].wanted()]:
-            totals["rounds"] += 1
-            jobs, keys = [], {}
-            for cid, end in wanted:
-                if searches[cid].cost(end) == 0:  # the whole chain: its own answer says
-                    searches[cid].take(end, float(answers.reaches_gold(seen[cid], own_answer(seen[cid]))), 0)
-                    continue
-                keys[cid, end] = [rollout_key(fingerprint, loaded, seen[cid], end, k, settings.seed)
-                                  for k in range(n)]
-                jobs += [(key, lambda c=cid, e=end: rollout_prompt(seen[c], e, loaded)) for key in keys[cid, end]]
-            if not jobs:
-                continue
-            asked, texts = common.ask_saved(model, jobs, log, settings.seed, "rollouts", progress,
-                                            f"rollouts (round {totals['rounds']})")
-            totals["asked"] += asked["asked"]
-            totals["cached"] += asked["cached"]
-            for (cid, end), ks in keys.items():
-                prefix = prefix_text(seen[cid], end)
-                reached = [answers.reaches_gold(seen[cid], read_sample(prefix + texts[key])[1]) for key in ks]
-                searches[cid].take(end, sum(reached) / n, n)
+        path = os.path.join(common.cache_dir(out_dir, model.cache_name, fingerprint), "rollouts.jsonl")
+
+        def roll_out(share: list[str], shard: str | None, progress: bool, saved: set | None = None):
+            searches = {cid: SEARCHES[settings.method](seen[cid], settings) for cid in share}
+            log = JsonlLog(path, "key", shard=shard)
+            totals = _roll_out(model, share, seen, searches, log, loaded, fingerprint, settings, progress,
+                               set(log.load()) if saved is None else saved)
+            return searches, totals
+
+        if world.size == 1:
+            searches, totals = roll_out(ids, None, progress)
+        else:  # whole questions to each rank, by the prefixes their chains have to roll out
+            work: dict = {}
+            for cid in ids:
+                work[seen[cid]["group_id"]] = work.get(seen[cid]["group_id"], 0) + len(seen[cid]["steps"])
+            mine = distributed.share(world, work)
+
+            def roll_out_share(shard):
+                roll_out([cid for cid in ids if seen[cid]["group_id"] in mine], shard, progress and world.main)
+
+            before = common.ask_on_ranks(world, roll_out_share, path)
+            if before is None:
+                return None
+            # every search again from the merged rollouts, asking nothing: rank 0 holds every chain's labels, and
+            # counts as one process would have, with what was saved before this run as saved
+            searches, totals = roll_out(ids, None, False, before)
     finally:
         model.close()
     hard = {cid: searches[cid].labels() for cid in ids if not searches[cid].left_out}

@@ -13,9 +13,11 @@ import helpers
 import pytest
 
 from stepcritic import distributed
-from stepcritic.data_prep.schema import save_chains, validate_chain
+from stepcritic.data_prep.schema import load_chains, save_chains, validate_chain
 from stepcritic.eval.cache import JsonlLog, merge_shards, shard_path
 from stepcritic.eval.judges.base import Critique, Judge
+from stepcritic.eval.judges.generative import GenerativeJudge
+from stepcritic.eval.judges.prompting import Reply
 from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -51,6 +53,18 @@ class RankJudge(Judge):
             f.write("".join(c["chain_id"] + "\n" for c in chains))
         return [Critique(c["chain_id"], [True] * (len(c["steps"]) - 1) + [False], chain_score=len(c["chain_id"]))
                 for c in chains]
+
+
+class PromptPolicy(GenerativeJudge):
+    """`py:test_distributed.PromptPolicy`: a reply that only its prompt decides, right or wrong, so that any rank
+    writes what one process writes."""
+
+    kind = "py"
+
+    def generate(self, prompts):
+        texts = [json.dumps(p.messages, sort_keys=True, default=str) for p in prompts]
+        return [Reply(text=f"The circle is {colour}.\nSo the answer is {colour}.")
+                for colour in ("red" if sum(map(ord, t)) % 3 else "blue" for t in texts)]
 
 
 def write_chains(path, n):
@@ -200,3 +214,28 @@ def test_a_server_judge_is_asked_from_rank_0_alone_at_its_own_concurrency(tmp_pa
                              "--judge", f"openai:fake-model,base_url={server.base_url},concurrency=2"], tmp_path)
         assert two.returncode == 0, two.stderr[-3000:]
         assert len(server.requests) == len(all_ids) and server.max_in_flight <= 2
+
+
+def folder(out):
+    """A chains folder's chains and stats, but for the time the run took."""
+    with open(os.path.join(out, "stats.json")) as f:
+        stats = {k: v for k, v in json.load(f).items() if k != "wall_seconds"}
+    return list(load_chains(str(out))), stats
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--policy", "py:test_distributed.PromptPolicy", "--samples", "3"],
+    ["data", "label", "--completer", "py:policy_fakes.ReachesGold", "--method", "binary", "--rollouts", "2"],
+], ids=["generate", "label"])
+def test_generate_and_label_on_two_ranks_write_the_folder_of_one_process(tmp_path, command):
+    chains = [helpers.chain(f"c{i}", group_id=f"g{i % 4}", steps=[
+        helpers.step("The image shows one circle."), helpers.step("The circle is wrong." if i % 3 else "It is red."),
+        helpers.step("So the answer is red.")]) for i in range(10)]
+    save_chains([validate_chain(c) for c in chains], str(tmp_path / "chains"))
+    args = [*command, "--chains", "chains", "--quiet", "--out"]
+    one = run(ONE, args + ["one"], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run(TORCHRUN, args + ["two"], tmp_path)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert folder(tmp_path / "two") == folder(tmp_path / "one")
+    assert len(two.stdout.splitlines()) == 1  # rank 0 alone says what it wrote
