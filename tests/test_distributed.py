@@ -143,10 +143,11 @@ def test_the_world_comes_from_the_launchers_variables():
 # ----------------------------------------------------------------------------- launched
 
 def test_two_ranks_write_the_metrics_and_report_of_one_process(tmp_path, tiny_prm):
+    # the PRM one chain at a time: in a padded batch its scores move in the 7th digit with the chains beside it
     write_chains(str(tmp_path / "chains"), 20)
-    args = ["eval", "--chains", "chains", "--judge", f"prm:{tiny_prm}", "--judge", "random,rate=0.3,seed=0",
-            "--no-progress", "--tasks", "critique", "choice", "shiftcheck", "rpts", "best-of-n", "pairwise",
-            "--out"]
+    args = ["eval", "--chains", "chains", "--judge", f"prm:{tiny_prm},batch_size=1", "--judge",
+            "random,rate=0.3,seed=0", "--no-progress", "--tasks", "critique", "choice", "shiftcheck", "rpts",
+            "best-of-n", "pairwise", "--out"]
     one = run(ONE, args + ["one"], tmp_path)
     assert one.returncode == 0, one.stderr[-3000:]
     two = run(TORCHRUN, args + ["two"], tmp_path)
