@@ -6,9 +6,9 @@ function here is then a no-op, so a stage is written once for both. `split` deal
 `group_id`) by their work, the same way on every rank. `joined` starts torch.distributed (gloo: the ranks exchange
 counts and wait for each other, never tensors, so it is the same on CPUs and GPUs), puts the rank on its own GPU by
 LOCAL_RANK, and makes a rank that fails stop the others: it posts its error in the launcher's store, which every rank
-watches, so each stops within a second with one line naming the failed rank. A rank killed outright is stopped by
-the launcher itself (torchrun stops a node's other workers when one dies), and `barrier`'s timeout is the backstop
-for a rank that vanished with its node.
+watches, so each stops within a second with one line naming the failed rank. A rank killed outright is the
+launcher's to report: torchrun stops the other workers of its node, which post that they were stopped (SIGTERM), so
+that the ranks of other nodes stop too; `barrier`'s timeout is the backstop for a rank that vanished with its node.
 
 Stdlib only at the top: the command-line modules import it.
 """
@@ -16,6 +16,7 @@ Stdlib only at the top: the command-line modules import it.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -91,14 +92,14 @@ def share(world: World, work: dict) -> set:
     return set(work) if world.size == 1 else split(work, world.size)[world.rank]
 
 
-def _store():
+def _store(seconds: float = 30):
     """A client of the store the launcher (or rank 0) serves at MASTER_ADDR:MASTER_PORT."""
     from datetime import timedelta
 
     import torch.distributed as dist
 
     return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                         timeout=timedelta(seconds=30))
+                         timeout=timedelta(seconds=seconds))
 
 
 def _watch(world: World, what: str, done: threading.Event) -> None:
@@ -123,11 +124,24 @@ def _watch(world: World, what: str, done: threading.Event) -> None:
         os._exit(2)
 
 
-def _post(world: World, message: str) -> None:
+def _post(message: str) -> None:
+    """`message` as the job's failure, unless a rank posted one first (the cause; the others are its effects)."""
     try:
-        _store().set(FAILED_KEY, message)
+        store = _store(5)
+        if store.add(FAILED_KEY + "/count", 1) == 1:
+            store.set(FAILED_KEY, message)
     except Exception:  # noqa: S110  (the launcher stops the others when this process exits non-zero anyway)
         pass
+
+
+def _on_sigterm(world: World):
+    """The launcher stops this rank (another rank of its node died): the ranks of other nodes, which their own
+    launchers do not stop, learn it from the store."""
+    def stop(signum, frame):
+        _post(f"rank {world.rank} of {world.size} was stopped by its launcher (SIGTERM): a rank on its node died")
+        os._exit(128 + signum)
+
+    return stop
 
 
 def _place(world: World) -> None:
@@ -151,6 +165,7 @@ def joined(world: World, what: str):
     dist.init_process_group("gloo", rank=world.rank, world_size=world.size,
                             timeout=timedelta(seconds=BARRIER_SECONDS))
     _place(world)
+    signal.signal(signal.SIGTERM, _on_sigterm(world))
     done = threading.Event()
     watcher = threading.Thread(target=_watch, args=(world, what, done), daemon=True, name="stepcritic-watch")
     watcher.start()
@@ -158,7 +173,7 @@ def joined(world: World, what: str):
         yield
     except BaseException as e:
         message = f"rank {world.rank} of {world.size} failed: {e if isinstance(e, UserError) else repr(e)}"
-        _post(world, message)
+        _post(message)
         done.set()
         if isinstance(e, UserError):
             raise RankFailed(message) from e

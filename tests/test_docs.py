@@ -24,7 +24,7 @@ README = os.path.join(REPO, "README.md")
 DOCS = sorted(os.path.join(REPO, "docs", name) for name in os.listdir(os.path.join(REPO, "docs"))
               if name.endswith(".md"))
 PAGES = [README] + DOCS
-KNOWN = ("stepcritic", "python", "python3", "accelerate", "make", "pip", "git")
+KNOWN = ("stepcritic", "python", "python3", "accelerate", "torchrun", "make", "pip", "git")
 
 
 def _read(path: str) -> str:
@@ -133,6 +133,8 @@ def test_every_shown_command_parses(argv):
         assert argv[1] == "launch"
         config = argv[argv.index("--config_file") + 1]
         assert os.path.isfile(os.path.join(REPO, config)), f"no launcher config {config}"
+        _check_python_m(argv[argv.index("-m"):])
+    elif program == "torchrun":
         _check_python_m(argv[argv.index("-m"):])
     elif program == "make":
         assert set(argv[1:]) <= _make_targets(), argv
