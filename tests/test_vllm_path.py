@@ -5,6 +5,7 @@ does around the engine (images as data URLs, continued turns, batching, options,
 import importlib.util
 import json
 import os
+import sys
 
 import pytest
 from helpers import chain
@@ -22,9 +23,8 @@ def engine(monkeypatch):
     monkeypatch.syspath_prepend(os.path.join(HERE, "fake_vllm"))
     import vllm
 
-    vllm.CALLS.clear()
     yield vllm.CALLS
-    vllm.CALLS.clear()
+    del sys.modules["vllm"]  # the tests after this one see no vllm, as the machine has none
 
 
 def test_generate_label_and_search_through_the_vllm_judge(engine, tmp_path, capsys):
