@@ -140,6 +140,17 @@ def test_the_world_comes_from_the_launchers_variables():
         distributed.detect({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "x"})
 
 
+def test_each_rank_takes_the_gpu_of_its_local_rank(monkeypatch):
+    import torch
+
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    distributed._place(distributed.World(rank=11, size=16, local_rank=3))
+    assert chosen == [3]  # "cuda" means this GPU from here on; no device_map, no tensor parallelism
+
+
 # ----------------------------------------------------------------------------- launched
 
 def test_two_ranks_write_the_metrics_and_report_of_one_process(tmp_path, tiny_prm):
