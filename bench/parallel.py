@@ -6,10 +6,9 @@ Without `--judge`, a tiny PRM is trained first (two steps on synthetic chains, a
 command, `torchrun --nproc-per-node N -m stepcritic eval --tasks critique`, judges `--chains` synthetic chains (3-6
 steps, one 64-pixel image each) into a fresh output folder for each N, every rank on one torch thread (on a GPU
 machine, one GPU per rank). Reported per N: the median wall time of the whole command (start-up, model loading,
-judging, the merge and the report) over `--rounds`, and the speed-up over N=1, and whether metrics.json is the same
-bytes for every N (a PRM that pads a batch scores a chain a few units in the 7th digit differently with other chains
-beside it, so at the default batch size it need not be; `--judge prm:DIR,batch_size=1` makes it so). Target on 2
-cores: >= 1.7x with 2 processes.
+judging, the merge and the report) over `--rounds`, and the speed-up over N=1; metrics.json must be the same bytes for
+every N, or the benchmark fails. `--judge prm:tiny,OPTIONS` is the tiny PRM with options. Target on 2 cores: >= 1.7x
+with 2 processes.
 """
 
 from __future__ import annotations
@@ -64,10 +63,11 @@ def scaling(n_chains: int, procs: list[int], rounds: int, judge: str | None, wor
             with open(os.path.join(out, "metrics.json"), "rb") as f:
                 metrics.setdefault(f.read(), []).append(n)
         seconds[n] = statistics.median(times)
+    if len(metrics) != 1:
+        raise SystemExit(f"benchmark: metrics.json differs between process counts {list(metrics.values())}")
     base = seconds[procs[0]]
     return {"chains": n_chains, "judge": judge, "rounds": rounds, "cpus": os.cpu_count(),
-            "seconds": seconds, "speedup": {n: round(base / s, 2) for n, s in seconds.items()},
-            "same_metrics": len(metrics) == 1}
+            "seconds": seconds, "speedup": {n: round(base / s, 2) for n, s in seconds.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -499,14 +499,35 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers | None:
     return Answers(runs, gold, positions, questions, failed_section, sorted(earlier), left_out, rpts_block)
 
 
-def rank_share(gold: list[dict], questions: list[dict], world: distributed.World) -> tuple[list[int], list[dict]]:
+def rank_share(gold: list[dict], questions: list[dict], world: distributed.World,
+               batch_size: int = 1) -> tuple[list[int], list[dict]]:
     """This rank's share of the chains (their positions) and questions: whole questions (`group_id`), so that
-    choice ranking, best-of-n, pairwise and ShiftCheck see whole groups, dealt out by the steps a judge reads."""
+    choice ranking, best-of-n, pairwise and ShiftCheck see whole groups, dealt out by the steps a judge reads.
+
+    The unit dealt out is a block of the batches one process would ask of a judge of `batch_size` (its chains in
+    order, `batch_size` at a time), joined where a question's chains fall in two: each rank then asks the very
+    batches one process asks, so that a model whose scores move a little with a batch's padding (a PRM, a critic)
+    scores every chain as one process does, and the metrics are the same bytes."""
+    size = max(1, batch_size)
+    block = list(range((len(gold) + size - 1) // size))  # union-find over the batches, by question
+
+    def root(b: int) -> int:
+        while block[b] != b:
+            block[b] = block[block[b]]
+            b = block[b]
+        return b
+
+    first: dict = {}
+    for i, g in enumerate(gold):
+        a, b = root(first.setdefault(g["group_id"], i // size)), root(i // size)
+        block[max(a, b)] = min(a, b)
     work: dict = defaultdict(int)
-    for g in gold:
-        work[g["group_id"]] += 1 + len(g["steps"])
+    for i, g in enumerate(gold):
+        work[root(i // size)] += 1 + len(g["steps"])
     mine = distributed.share(world, work)
-    return [i for i, g in enumerate(gold) if g["group_id"] in mine], [q for q in questions if q["group_id"] in mine]
+    positions = [i for i, g in enumerate(gold) if root(i // size) in mine]
+    groups = {gold[i]["group_id"] for i in positions}
+    return positions, [q for q in questions if q["group_id"] in groups]
 
 
 def ask_on_ranks(config: EvalConfig, plan: Plan, world: distributed.World) -> dict | None:
@@ -514,13 +535,13 @@ def ask_on_ranks(config: EvalConfig, plan: Plan, world: distributed.World) -> di
     every question), each rank saving to its own cache shards; after every rank is done, rank 0 merges the shards
     and gets every rank's counts added up, as one process would have counted them; the others get None."""
     distributed.barrier(world)  # rank 0 has merged what earlier runs left in shards
-    positions, questions = rank_share(plan.gold, plan.questions, world)
-    gold = [plan.gold[i] for i in positions]
     progress = config.progress and world.main  # the bars of several ranks would interleave
     runs = {}
     for judge in config.judges:
         dataset = plan.decoded if judge.needs_images else plan.plain
         if judge.shards:
+            positions, questions = rank_share(plan.gold, plan.questions, world, judge.batch_size)
+            gold = [plan.gold[i] for i in positions]
             runs[judge.name] = run_judge(judge, dataset.select(positions), gold, questions, config.out_dir,
                                          plan.wants_critiques, progress, plan.wants_verifier, plan.pairwise_scores,
                                          world)

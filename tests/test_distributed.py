@@ -111,6 +111,21 @@ def test_questions_are_dealt_out_whole_by_their_work_the_same_way_every_time():
     assert distributed.split(work, 8)[7] == set()  # more ranks than questions: some have none
 
 
+def test_ranks_ask_the_batches_one_process_asks_and_whole_questions():
+    from stepcritic.eval.runner import rank_share
+
+    groups = [0, 0, 1, 1, 1, 2, 3, 3, 4, 5, 5, 5, 6, 7, 7, 8, 9]  # in the data's order, as a chains folder holds them
+    gold = [{"group_id": f"g{g}", "steps": [None] * (1 + i % 4)} for i, g in enumerate(groups)]
+    questions = [{"group_id": f"g{g}"} for g in range(10)]
+    shares = [rank_share(gold, questions, distributed.World(r, 3), batch_size=4) for r in range(3)]
+    assert sorted(i for positions, _ in shares for i in positions) == list(range(len(gold)))
+    for positions, asked in shares:
+        batches = [positions[k:k + 4] for k in range(0, len(positions), 4)]
+        assert all(b[0] % 4 == 0 and b == list(range(b[0], b[0] + len(b))) for b in batches)  # one process's batches
+        assert {q["group_id"] for q in asked} == {gold[i]["group_id"] for i in positions}  # and whole questions
+    assert shares == [rank_share(gold, questions, distributed.World(r, 3), batch_size=4) for r in range(3)]
+
+
 def test_merging_shards_keeps_every_record_once_and_removes_the_shards(tmp_path):
     base = str(tmp_path / "judge" / "critiques.jsonl")
     os.makedirs(os.path.dirname(base))
@@ -154,9 +169,10 @@ def test_each_rank_takes_the_gpu_of_its_local_rank(monkeypatch):
 # ----------------------------------------------------------------------------- launched
 
 def test_two_ranks_write_the_metrics_and_report_of_one_process(tmp_path, tiny_prm):
-    # the PRM one chain at a time: in a padded batch its scores move in the 7th digit with the chains beside it
+    # the PRM in batches of 3: a padded batch's scores move in the 7th digit with the chains beside it, so the ranks
+    # must ask the batches one process asks
     write_chains(str(tmp_path / "chains"), 20)
-    args = ["eval", "--chains", "chains", "--judge", f"prm:{tiny_prm},batch_size=1", "--judge",
+    args = ["eval", "--chains", "chains", "--judge", f"prm:{tiny_prm},batch_size=3", "--judge",
             "random,rate=0.3,seed=0", "--no-progress", "--tasks", "critique", "choice", "shiftcheck", "rpts",
             "best-of-n", "pairwise", "--out"]
     one = run(ONE, args + ["one"], tmp_path)
