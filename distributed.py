@@ -6,9 +6,9 @@ function here is then a no-op, so a stage is written once for both. `split` deal
 `group_id`) by their work, the same way on every rank. `joined` starts torch.distributed (gloo: the ranks exchange
 counts and wait for each other, never tensors, so it is the same on CPUs and GPUs), puts the rank on its own GPU by
 LOCAL_RANK, and makes a rank that fails stop the others: it posts its error in the launcher's store, which every rank
-watches, so each stops within a second with one line naming the failed rank. A rank killed outright is the
-launcher's to report: torchrun stops the other workers of its node, which post that they were stopped (SIGTERM), so
-that the ranks of other nodes stop too; `barrier`'s timeout is the backstop for a rank that vanished with its node.
+watches, so each stops within a second with one line naming the failed rank. A rank killed outright: torchrun stops
+the other workers of its node, which post that they were stopped (SIGTERM), and every rank beats in the store, so a
+rank that went silent without finishing (the last of its node, or its node gone) is found within SILENT_SECONDS.
 
 Stdlib only at the top: the command-line modules import it.
 """
@@ -28,9 +28,11 @@ from stepcritic.errors import UserError
 # how long a rank waits at a barrier for the slowest one: a rank's share of the work may take hours more than
 # another's only when the shards are far from balanced, and a dead rank is found sooner through the store
 BARRIER_SECONDS = float(os.environ.get("STEPCRITIC_BARRIER_TIMEOUT", 6 * 3600))
-FAILED_KEY = "stepcritic/failed"
+FAILED_KEY, BEAT_KEY, DONE_KEY = "stepcritic/failed", "stepcritic/beat", "stepcritic/done"
 WATCH_SECONDS = 0.5
-GRACE_SECONDS = 5.0
+GRACE_SECONDS = 3.0
+# a rank whose beat (every WATCH_SECONDS, from a thread of its own) has not come for this long is taken for dead
+SILENT_SECONDS = float(os.environ.get("STEPCRITIC_SILENT_TIMEOUT", 20))
 
 
 class RankFailed(UserError):
@@ -103,14 +105,31 @@ def _store(seconds: float = 30):
 
 
 def _watch(world: World, what: str, done: threading.Event) -> None:
-    """Stop this process as soon as another rank has posted its failure, or the store is gone with the job."""
+    """Stop this process as soon as another rank has posted its failure, a rank has stopped beating without having
+    finished (killed with no launcher of its node left to say so), or the store is gone with the job. Every rank
+    beats; rank 0 listens to every rank's beat, the others to rank 0's."""
     try:
         store = _store()
-        while not done.wait(WATCH_SECONDS):
+        listened = range(world.size) if world.main else [0]
+        beats, heard = {}, {}
+        message = None
+        while message is None and not done.wait(WATCH_SECONDS):
+            store.add(f"{BEAT_KEY}/{world.rank}", 1)
             if store.check([FAILED_KEY]):
                 message = store.get(FAILED_KEY).decode()
                 break
-        else:
+            now = time.monotonic()
+            for rank in listened:
+                beat = store.add(f"{BEAT_KEY}/{rank}", 0)
+                if beats.get(rank) != beat:
+                    beats[rank], heard[rank] = beat, now
+                elif now - heard[rank] > SILENT_SECONDS and not store.check([f"{DONE_KEY}/{rank}"]):
+                    message = (f"rank {rank} of {world.size} stopped answering {SILENT_SECONDS:g} s ago (killed, or "
+                               "its node went down)")
+                    _post(message)
+                    break
+        if message is None:
+            store.set(f"{DONE_KEY}/{world.rank}", "1")
             return
     except Exception as e:  # the store's server went down: the launcher is stopping the job
         if done.is_set():

@@ -235,6 +235,37 @@ def test_a_failed_rank_stops_every_rank_and_a_rerun_asks_only_what_no_shard_save
         assert sorted(json.loads(line)["chain_id"] for line in f) == sorted(all_ids)  # nothing lost, nothing twice
 
 
+def test_a_rank_killed_on_one_node_stops_the_ranks_of_the_other(tmp_path):
+    """Two launchers on this machine as two nodes of one process each, meeting at a c10d rendezvous: the second
+    node's rank dies, and the first node's, which no launcher of its own would stop, stops within seconds."""
+    import socket
+
+    all_ids = write_chains(str(tmp_path / "chains"), 30)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes", "-m",
+            "stepcritic", "eval", "--chains", "chains", "--judge", "py:test_distributed.RankJudge", "--no-progress",
+            "--tasks", "critique", "--out", "out"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1", STEPCRITIC_SILENT_TIMEOUT="3", **{LOG: str(tmp_path / "log"), FAIL: "1:3:kill",
+                                                                        DELAY: "1.0"})
+    logs = [open(tmp_path / f"node{n}.err", "w") for n in range(2)]
+    nodes = [subprocess.Popen(node, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log) for log in logs]
+    try:
+        codes = [p.wait(timeout=90) for p in nodes]
+    finally:
+        for p, log in zip(nodes, logs):
+            p.kill()
+            log.close()
+    assert all(code != 0 for code in codes)
+    errors = "".join((tmp_path / f"node{n}.err").read_text() for n in range(2))
+    assert "rank 0 stopped: rank 1 of 2 stopped answering" in errors
+    with open(tmp_path / "log.0") as f:
+        assert len(f.read().split()) < len(all_ids) // 2 - 3, "rank 0 went on judging its share of 15 chains"
+
+
 def test_a_server_judge_is_asked_from_rank_0_alone_at_its_own_concurrency(tmp_path):
     all_ids = write_chains(str(tmp_path / "chains"), 12)
     with FakeOpenAIServer(latency=0.05) as server:
