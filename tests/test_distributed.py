@@ -236,7 +236,7 @@ def test_a_failed_rank_stops_every_rank_and_a_rerun_asks_only_what_no_shard_save
 
 
 def test_a_rank_killed_on_one_node_stops_the_ranks_of_the_other(tmp_path):
-    """Two launchers on this machine as two nodes of one process each, meeting at a c10d rendezvous: the second
+    """Two launchers on one host as two nodes of one process each, meeting at a c10d rendezvous: the second
     node's rank dies, and the first node's, which no launcher of its own would stop, stops within seconds."""
     import socket
 
