@@ -64,7 +64,7 @@ def detect(environ=os.environ) -> World:
     try:
         size = int(environ.get("WORLD_SIZE", "1"))
         rank = int(environ.get("RANK", "0"))
-        local = int(environ.get("LOCAL_RANK", environ.get("LOCAL_PROCESS_RANK", "0")))
+        local = int(environ.get("LOCAL_RANK", "0"))
     except ValueError:
         raise UserError(f"RANK={environ.get('RANK')!r}, WORLD_SIZE={environ.get('WORLD_SIZE')!r} and LOCAL_RANK="
                         f"{environ.get('LOCAL_RANK')!r} must be integers (set by torchrun or accelerate launch)") \

@@ -6,7 +6,8 @@ Without `--judge`, a tiny PRM is trained first (two steps on synthetic chains, a
 command, `torchrun --nproc-per-node N -m stepcritic eval --tasks critique`, judges `--chains` synthetic chains (3-6
 steps, one 64-pixel image each) into a fresh output folder for each N, every rank on one torch thread (on a GPU
 machine, one GPU per rank). Reported per N: the median wall time of the whole command (start-up, model loading,
-judging, the merge and the report) over `--rounds`, and the speed-up over N=1; metrics.json must be the same bytes for
+judging, the merge and the report) over `--rounds`, the CPU time of all its processes (on a shared machine, the
+steadier figure: what N processes cost beyond one), and the speed-up over N=1; metrics.json must be the same bytes for
 every N, or the benchmark fails. `--judge prm:tiny,OPTIONS` is the tiny PRM with options. Target on 2 cores: >= 1.7x
 with 2 processes.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,16 +27,17 @@ import time
 TARGET = 1.7
 
 
-def eval_seconds(procs: int, chains: str, judge: str, out: str) -> float:
+def eval_seconds(procs: int, chains: str, judge: str, out: str) -> tuple[float, float]:
+    """The wall time of the command and the CPU time of all its processes."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(procs), "-m", "stepcritic",
                "eval", "--chains", chains, "--judge", judge, "--tasks", "critique", "--no-progress", "--out", out]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    start = time.perf_counter()
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"benchmark: eval with {procs} processes failed:\n{done.stderr[-3000:]}")
-    return seconds
+    return seconds, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def scaling(n_chains: int, procs: list[int], rounds: int, judge: str | None, work: str) -> dict:
@@ -54,7 +57,7 @@ def scaling(n_chains: int, procs: list[int], rounds: int, judge: str | None, wor
 
         torch.set_num_threads(1)
         judge = f"prm:{tiny_prm(work)}{judge[len('prm:tiny'):]}"
-    seconds, metrics = {}, {}
+    seconds, cpu, metrics = {}, {}, {}
     for n in procs:
         times = []
         for r in range(rounds):
@@ -62,12 +65,13 @@ def scaling(n_chains: int, procs: list[int], rounds: int, judge: str | None, wor
             times.append(eval_seconds(n, chains, judge, out))
             with open(os.path.join(out, "metrics.json"), "rb") as f:
                 metrics.setdefault(f.read(), []).append(n)
-        seconds[n] = statistics.median(times)
+        seconds[n] = statistics.median(wall for wall, _ in times)
+        cpu[n] = round(statistics.median(used for _, used in times), 1)
     if len(metrics) != 1:
         raise SystemExit(f"benchmark: metrics.json differs between process counts {list(metrics.values())}")
     base = seconds[procs[0]]
     return {"chains": n_chains, "judge": judge, "rounds": rounds, "cpus": os.cpu_count(),
-            "seconds": seconds, "speedup": {n: round(base / s, 2) for n, s in seconds.items()}}
+            "seconds": seconds, "cpu_seconds": cpu, "speedup": {n: round(base / s, 2) for n, s in seconds.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -298,3 +298,10 @@ def test_generate_and_label_on_two_ranks_write_the_folder_of_one_process(tmp_pat
     assert two.returncode == 0, two.stderr[-3000:]
     assert folder(tmp_path / "two") == folder(tmp_path / "one")
     assert len(two.stdout.splitlines()) == 1  # rank 0 alone says what it wrote
+
+
+def test_the_scaling_benchmark_times_each_process_count_on_the_same_metrics(tmp_path):
+    from stepcritic.bench.parallel import scaling
+
+    report = scaling(12, [1, 2], 1, "random,rate=0.3,seed=0", str(tmp_path))  # it fails on differing metrics
+    assert set(report["seconds"]) == set(report["cpu_seconds"]) == {1, 2} and report["speedup"][1] == 1.0
