@@ -457,6 +457,7 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers | None:
     world = config.world or distributed.ONE_PROCESS
     if world.main:  # what a killed run of any number of ranks saved, in the logs every rank reads
         merge_shards(os.path.join(out_dir, "cache"))
+    args = (gold, questions, out_dir, wants_critiques, progress, wants_verifier, pairwise_scores)
     if world.size > 1:
         runs = ask_on_ranks(config, plan, world)
         if runs is None:
@@ -464,11 +465,9 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers | None:
     elif config.jobs > 1 and len(judges) > 1:
         from stepcritic.eval import parallel
 
-        args = (gold, questions, out_dir, wants_critiques, progress, wants_verifier, pairwise_scores)
         runs = parallel.run_judges(run_judge, load_dataset, judges, config.jobs, config.chains, config.limit,
                                    {True: plan.decoded, False: plan.plain}, args)
     else:
-        args = (gold, questions, out_dir, wants_critiques, progress, wants_verifier, pairwise_scores)
         runs = {judge.name: run_judge(judge, plan.decoded if judge.needs_images else plan.plain, *args)
                 for judge in judges}
     failures = {name: run.pop("failures") for name, run in runs.items()}
