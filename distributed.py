@@ -212,7 +212,10 @@ def barrier(world: World) -> None:
 
     import torch.distributed as dist
 
-    dist.monitored_barrier(timeout=timedelta(seconds=BARRIER_SECONDS), wait_all_ranks=True)
+    try:
+        dist.monitored_barrier(timeout=timedelta(seconds=BARRIER_SECONDS), wait_all_ranks=True)
+    except RuntimeError as e:  # a rank that vanished or never came (gloo says which): the job's state, not a bug
+        raise RankFailed(f"waiting for the other ranks: {str(e).strip().splitlines()[0]}") from None
 
 
 def gather(world: World, value) -> list:
