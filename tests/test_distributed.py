@@ -68,7 +68,8 @@ class PromptPolicy(GenerativeJudge):
 
 
 def write_chains(path, n):
-    # groups of two and of three chains, and steps of differing counts, so that shards are not equal by count alone
+    # groups of two and one scattered over the data, and steps of differing counts, so that shards are not equal by
+    # count alone and a question's chains fall in several of one process's batches
     chains = helpers.chains(n)
     for i, chain in enumerate(chains):
         if i % 5 == 0:
@@ -86,6 +87,7 @@ def run(launcher, args, tmp_path, env=None, timeout=180):
 
 
 def judged(log):
+    """The chain ids the `RankJudge` of every rank judged, in the order each logged them."""
     ids = []
     for rank in range(3):
         if os.path.exists(f"{log}.{rank}"):
