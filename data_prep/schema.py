@@ -1,6 +1,6 @@
 """The canonical chain schema: one record per reasoning chain, every later stage reads this.
 
-A chain is a plain dict (see `CHAIN_FIELDS` / `STEP_FIELDS`); `validate_chain` normalises one and
+A chain is a plain dict (its fields and their types: `CHAIN_SPEC` / `STEP_SPEC`); `validate_chain` normalises one and
 raises `SchemaError` naming the record and the field; `save_chains`/`load_chains` store a list of
 chains as a self-contained Hugging Face dataset (images embedded as bytes in the `Image` feature).
 A chain shows one image (`image`) or several: the first is `image`, the others `extra_images`, in order, so a
@@ -40,25 +40,33 @@ DESCRIPTION_RELEVANCE = ("both", "image", "logic", "none")
 DESCRIPTION_ERRORS = ("entity", "attribute", "spatial", "non_spatial")
 LOGIC_ERRORS = ("inter", "intra", "both")
 
-# field -> allowed values (None always allowed unless the field is required)
-STEP_VOCAB = {
-    "type": STEP_TYPES,
-    "description_correctness": DESCRIPTION_CORRECTNESS,
-    "description_relevance": DESCRIPTION_RELEVANCE,
-    "logic_error": LOGIC_ERRORS,
+# The schema, declared once: every field with its stored type (a `datasets` feature, `features()`) and, for a label
+# field, its vocabulary (None always allowed). Validation reads the names, the vocabularies and the booleans from here.
+STEP_SPEC = {
+    "text": "string", "type": ("string", STEP_TYPES), "correct": "bool",
+    "description_correctness": ("string", DESCRIPTION_CORRECTNESS),
+    "description_relevance": ("string", DESCRIPTION_RELEVANCE),
+    "description_errors": ("list[string]", DESCRIPTION_ERRORS), "logic_correct": "bool", "logic_relevant": "bool",
+    "informative": "bool", "logic_error": ("string", LOGIC_ERRORS), "explanations": "list[string]",
+    "premises": "list[int32]", "human_score": "float32", "rating": "int8", "soft_label": "float32",
+    "correction": "string",
 }
-STEP_BOOLS = ("correct", "logic_correct", "logic_relevant", "informative")
+CHAIN_SPEC = {
+    "chain_id": "string", "group_id": "string", "source": "string", "image": "image", "extra_images": "list[image]",
+    "question": "string", "reference_answer": "string", "final_answer": "string", "answer_correct": "bool",
+    "chain_correct": "bool", "generator": "string", "category": "string", "steps": "list[step]", "meta": "string",
+    "preference_rank": "int32", "subset": "string", "set_id": "string",
+}
 
-STEP_FIELDS = (
-    "text", "type", "correct", "description_correctness", "description_relevance", "description_errors",
-    "logic_correct", "logic_relevant", "informative", "logic_error", "explanations", "premises", "human_score",
-    "rating", "soft_label", "correction",
-)
-CHAIN_FIELDS = (
-    "chain_id", "group_id", "source", "image", "extra_images", "question", "reference_answer", "final_answer",
-    "answer_correct", "chain_correct", "generator", "category", "steps", "meta",
-    "preference_rank", "subset", "set_id",
-)
+
+def _stored(spec) -> str:
+    return spec[0] if isinstance(spec, tuple) else spec
+
+
+STEP_FIELDS = tuple(STEP_SPEC)
+CHAIN_FIELDS = tuple(CHAIN_SPEC)
+STEP_VOCAB = {name: spec[1] for name, spec in STEP_SPEC.items() if isinstance(spec, tuple) and spec[0] == "string"}
+STEP_BOOLS = tuple(name for name, spec in STEP_SPEC.items() if spec == "bool")
 
 
 class SchemaError(UserError, ValueError):
@@ -284,7 +292,7 @@ def validate_step(step: Any, index: int, where: str, soft_threshold: float = SOF
         out[name] = _opt_bool(step.get(name), where, f(name))
     errors = step.get("description_errors") or []
     for e in errors:
-        _opt_vocab(e, DESCRIPTION_ERRORS, where, f("description_errors"))
+        _opt_vocab(e, STEP_SPEC["description_errors"][1], where, f("description_errors"))
     out["description_errors"] = list(errors)
     expl = step.get("explanations") or []
     if isinstance(expl, str):
@@ -383,25 +391,17 @@ def check_unique_ids(chains: Iterable[dict]) -> None:
 # ----------------------------------------------------------------------------- storage
 
 def features():
-    """The `datasets.Features` of a saved chains dataset."""
+    """The `datasets.Features` of a saved chains dataset, from `CHAIN_SPEC` and `STEP_SPEC`."""
     from datasets import Features, Image, List, Value
 
-    step = {
-        "text": Value("string"), "type": Value("string"), "correct": Value("bool"),
-        "description_correctness": Value("string"), "description_relevance": Value("string"),
-        "description_errors": List(Value("string")), "logic_correct": Value("bool"),
-        "logic_relevant": Value("bool"), "informative": Value("bool"), "logic_error": Value("string"),
-        "explanations": List(Value("string")), "premises": List(Value("int32")), "human_score": Value("float32"),
-        "rating": Value("int8"), "soft_label": Value("float32"), "correction": Value("string"),
-    }
-    return Features({
-        "chain_id": Value("string"), "group_id": Value("string"), "source": Value("string"), "image": Image(),
-        "extra_images": List(Image()),
-        "question": Value("string"), "reference_answer": Value("string"), "final_answer": Value("string"),
-        "answer_correct": Value("bool"), "chain_correct": Value("bool"), "generator": Value("string"),
-        "category": Value("string"), "steps": List(step), "meta": Value("string"),
-        "preference_rank": Value("int32"), "subset": Value("string"), "set_id": Value("string"),
-    })
+    def feature(stored: str):
+        if stored.startswith("list["):
+            return List(feature(stored[5:-1]))
+        if stored == "step":
+            return {name: feature(_stored(spec)) for name, spec in STEP_SPEC.items()}
+        return Image() if stored == "image" else Value(stored)
+
+    return Features({name: feature(_stored(spec)) for name, spec in CHAIN_SPEC.items()})
 
 
 def save_chains(chains: Iterable[dict], out_dir: str):

@@ -33,6 +33,7 @@ import sys
 from collections import Counter
 
 from stepcritic.data_prep.prompts import rpts_tree_messages, template_hash
+from stepcritic.data_prep.schema import chain_meta
 from stepcritic.eval.cache import JsonlLog, judge_cache_dir
 from stepcritic.eval.errors import EvalError
 from stepcritic.eval.judges.prompting import Prompt
@@ -257,7 +258,7 @@ def attach(gold: list[dict], dataset, out_dir: str, judges=(), builder=None, clu
         raise EvalError(f"--tree-builder {builder.name!r} is not a generative judge (hf:, openai:, vllm: or a "
                         "py: GenerativeJudge): it cannot be asked to restate chains")
     rows = dataset.select_columns(["chain_id", "question", "final_answer", "steps", "meta"]).to_list()
-    metas = [json.loads(r["meta"]) if isinstance(r["meta"], str) and r["meta"] else (r["meta"] or {}) for r in rows]
+    metas = [chain_meta(r) for r in rows]
     trees = [data_tree(g["steps"]) for g in gold]
     built = {"asked": 0, "cached": 0, "failed": 0}
     need = [i for i, t in enumerate(trees) if t is None]

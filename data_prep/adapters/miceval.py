@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from stepcritic.data_prep.adapters.records import require_fields
-from stepcritic.data_prep.schema import SchemaError, group_id_for
+from stepcritic.data_prep.schema import SchemaError, chain_meta, group_id_for
 
 STEP_TYPE = {"Description": "description", "Reasoning": "reasoning", "Both": "both"}
 DESCRIPTION_CORRECTNESS = {"Fully correct": "correct", "Partially correct": "partial", "Unsupported": "unsupported"}
@@ -110,12 +110,11 @@ def convert(raw: dict, where: str, ctx: dict) -> dict:
 def check(chains) -> dict:
     """Agreement of step-derived chain correctness with the file's own `cot_fully_correct` label (one pass over
     any iterable of chains)."""
-    import json
 
     n, disagree = 0, []
     for c in chains:
         n += 1
-        if YES_NO.get(json.loads(c["meta"]).get("cot_fully_correct")) != c["chain_correct"]:
+        if YES_NO.get(chain_meta(c).get("cot_fully_correct")) != c["chain_correct"]:
             disagree.append(c["chain_id"])
     return {"chain_label_check": {"field": "cot_fully_correct", "agree": n - len(disagree),
                                   "disagree": len(disagree), "disagreeing_chains": disagree}}

@@ -56,13 +56,14 @@ def scene_key(items) -> tuple:
 
 def excluded_scenes(seeds=HELD_OUT_SEEDS, n: int = HELD_OUT_CHAINS) -> frozenset:
     """The scenes of the demo's held-out chains (`n` chains per seed and level): pre-training never draws one."""
+    from stepcritic.data_prep.schema import chain_meta
     from stepcritic.data_prep.synth import LEVELS, iter_synthesize
 
     keys = set()
     for seed in seeds:
         for level in LEVELS:
             for chain in iter_synthesize(n, seed, image_size=32, level=level):
-                keys.add(scene_key(json.loads(chain["meta"])["scene"]))
+                keys.add(scene_key(chain_meta(chain)["scene"]))
     return frozenset(keys)
 
 
