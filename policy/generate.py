@@ -102,8 +102,9 @@ def generate(chains_path: str, policy: str, out_dir: str, samples: int, temperat
         world = world or distributed.ONE_PROCESS
         if world.size == 1:
             asked, texts = common.ask_saved(model, jobs, JsonlLog(path, "key"), seed, "samples", progress)
-        else:  # whole questions to each rank; every sample of a question is equal work
-            mine = distributed.share(world, {shown[i]["group_id"]: samples for i in rows})
+        else:  # whole questions to each rank (every sample is equal work); a server's policy is asked from rank 0
+            mine = distributed.share(world, {shown[i]["group_id"]: samples for i in rows}) if model.shards else (
+                {shown[i]["group_id"] for i in rows} if world.main else set())
             share = [(keys[i, k], make(i)) for i in rows if shown[i]["group_id"] in mine for k in range(samples)]
 
             def ask_share(shard):

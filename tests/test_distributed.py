@@ -277,6 +277,15 @@ def test_a_server_judge_is_asked_from_rank_0_alone_at_its_own_concurrency(tmp_pa
         assert len(server.requests) == len(all_ids) and server.max_in_flight <= 2
 
 
+def test_a_server_policy_is_asked_from_rank_0_alone_at_its_own_concurrency(tmp_path):
+    write_chains(str(tmp_path / "chains"), 12)  # 5 groups, of 3 distinct questions (image and text): 6 samples
+    with FakeOpenAIServer(latency=0.05) as server:
+        two = run(TORCHRUN, ["generate", "--chains", "chains", "--samples", "2", "--quiet", "--out", "out",
+                             "--policy", f"openai:fake-model,base_url={server.base_url},concurrency=2"], tmp_path)
+        assert two.returncode == 0, two.stderr[-3000:]
+        assert len(server.requests) == 3 * 2 and server.max_in_flight <= 2  # each sample asked once, by rank 0
+
+
 def folder(out):
     """A chains folder's chains and stats, but for the time the run took."""
     with open(os.path.join(out, "stats.json")) as f:
