@@ -71,7 +71,7 @@ def generate(chains_path: str, policy: str, out_dir: str, samples: int, temperat
     returns its stats (also in `out_dir/stats.json`). Under several ranks (`world`, a `distributed.World`) each asks
     its share of the questions and rank 0 writes the folder; the others return None."""
     from stepcritic import distributed
-    from stepcritic.eval.cache import JsonlLog
+    from stepcritic.eval.cache import JsonlLog, merge_shards
     from stepcritic.eval.judges.prompting import chain_prompt
 
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
@@ -101,6 +101,7 @@ def generate(chains_path: str, policy: str, out_dir: str, samples: int, temperat
         path = os.path.join(common.cache_dir(out_dir, model.cache_name, fingerprint), "samples.jsonl")
         world = world or distributed.ONE_PROCESS
         if world.size == 1:
+            merge_shards(os.path.dirname(path))  # what a killed run of several ranks saved
             asked, texts = common.ask_saved(model, jobs, JsonlLog(path, "key"), seed, "samples", progress)
         else:  # whole questions to each rank (every sample is equal work); a server's policy is asked from rank 0
             mine = distributed.share(world, {shown[i]["group_id"]: samples for i in rows}) if model.shards else (

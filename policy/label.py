@@ -318,7 +318,7 @@ def label(chains_path: str, completer: str, out_dir: str, settings: LabelSetting
     returns its stats (also in `out_dir/stats.json`). Under several ranks (`world`, a `distributed.World`) each rolls
     out its share of the questions and rank 0 writes the folder; the others return None."""
     from stepcritic import distributed
-    from stepcritic.eval.cache import JsonlLog
+    from stepcritic.eval.cache import JsonlLog, merge_shards
     from stepcritic.policy.card import write_label_card
 
     settings.check()
@@ -348,6 +348,7 @@ def label(chains_path: str, completer: str, out_dir: str, settings: LabelSetting
             return searches, totals
 
         if world.size == 1:
+            merge_shards(os.path.dirname(path))  # what a killed run of several ranks saved
             searches, totals = roll_out(ids, None, progress)
         else:  # whole questions to each rank, by the prefixes their chains have to roll out
             work: dict = {}

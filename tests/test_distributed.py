@@ -63,6 +63,15 @@ class PromptPolicy(GenerativeJudge):
 
     def generate(self, prompts):
         texts = [json.dumps(p.messages, sort_keys=True, default=str) for p in prompts]
+        if os.environ.get(LOG):  # counted, and made to fail, as `RankJudge` is
+            rank = os.environ.get("RANK", "0")
+            log = f"{os.environ[LOG]}.{rank}"
+            done = sum(1 for _ in open(log)) if os.path.exists(log) else 0
+            fail_rank, after, _ = (os.environ.get(FAIL) or "-:0:-").split(":")
+            if rank == fail_rank and done >= int(after):
+                raise ConnectionError("endpoint went away")
+            with open(log, "a") as f:
+                f.write("".join(f"{sum(map(ord, t))}\n" for t in texts))
         return [Reply(text=f"The circle is {colour}.\nSo the answer is {colour}.")
                 for colour in ("red" if sum(map(ord, t)) % 3 else "blue" for t in texts)]
 
@@ -316,3 +325,18 @@ def test_the_scaling_benchmark_times_each_process_count_on_the_same_metrics(tmp_
 
     report = scaling(12, [1, 2], 1, "random,rate=0.3,seed=0", str(tmp_path))  # it fails on differing metrics
     assert set(report["seconds"]) == set(report["cpu_seconds"]) == {1, 2} and report["speedup"][1] == 1.0
+
+
+def test_generate_stopped_on_two_ranks_resumes_in_one_process_asking_only_what_no_shard_saved(tmp_path):
+    chains = [helpers.chain(f"c{i}", group_id=f"g{i}", question=f"How many circles are there in picture {i}?")
+              for i in range(8)]
+    save_chains([validate_chain(c) for c in chains], str(tmp_path / "chains"))
+    args = ["generate", "--policy", "py:test_distributed.PromptPolicy,batch_size=1", "--samples", "2",
+            "--chains", "chains", "--quiet", "--out", "out"]
+    first = run(TORCHRUN, args, tmp_path, env={LOG: str(tmp_path / "first"), FAIL: "1:3:raise"})
+    assert first.returncode != 0 and "rank 1 of 2 failed" in first.stderr
+    asked_first = len(judged(str(tmp_path / "first")))
+    assert 3 <= asked_first < 16
+    again = run(ONE, args, tmp_path, env={LOG: str(tmp_path / "second")})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert asked_first + len(judged(str(tmp_path / "second"))) == 16  # each of the 16 samples asked once in all
