@@ -354,7 +354,8 @@ def label(chains_path: str, completer: str, out_dir: str, settings: LabelSetting
             work: dict = {}
             for cid in ids:
                 work[seen[cid]["group_id"]] = work.get(seen[cid]["group_id"], 0) + len(seen[cid]["steps"])
-            mine = distributed.share(world, work)
+            # a server's completer is asked from rank 0 alone, at its own concurrency (`Judge.shards`)
+            mine = distributed.share(world, work) if model.shards else (set(work) if world.main else set())
 
             def roll_out_share(shard):
                 roll_out([cid for cid in ids if seen[cid]["group_id"] in mine], shard, progress and world.main)
