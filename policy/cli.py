@@ -60,8 +60,9 @@ def add_label_parser(sub) -> None:
                        epilog="example: stepcritic data label --chains data/policy-chains --completer hf:runs/policy "
                               "--template policy_brief --method mc --rollouts 8 --out data/policy-labelled")
     p.add_argument("--completer", required=True, metavar="SPEC",
-                   help="a generative model spec that can go on writing a begun answer: hf:MODEL_DIR, vllm:MODEL_DIR "
-                        "or py:module.Class; usually the policy itself")
+                   help="a generative model spec that can go on writing a begun answer: hf:MODEL_DIR, vllm:MODEL_DIR, "
+                        "openai:MODEL,base_url=URL,continues=true (a vLLM or SGLang server) or py:module.Class; "
+                        "usually the policy itself")
     p.add_argument("--method", choices=METHODS, default="mc",
                    help="mc: every step's prefix (default); binary: binary search for the first wrong step")
     p.add_argument("--rollouts", type=int, default=8, metavar="N", help="continuations per prefix (default 8)")

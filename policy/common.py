@@ -78,9 +78,11 @@ def generative_model(spec: str, temperature: float | None, max_new_tokens: int |
         options["temperature"] = float(temperature)
     if max_new_tokens is not None:
         options[length] = int(max_new_tokens)
-    if continues and not getattr(cls, "CONTINUES", False):
-        raise EvalError(f"{what} {spec!r} cannot go on writing a chain from a step prefix ({parsed.kind}: only "
-                        "local models do: hf:MODEL_DIR, or vllm:MODEL_DIR on a GPU)")
+    # `continues=true`: a server that says it continues a begun turn (the openai judge's option)
+    if continues and not getattr(cls, "CONTINUES", False) and options.get("continues") is not True:
+        raise EvalError(f"{what} {spec!r} cannot go on writing a chain from a step prefix ({parsed.kind}: local "
+                        "models do, hf:MODEL_DIR or vllm:MODEL_DIR on a GPU, and an OpenAI-compatible server that "
+                        "continues a begun turn, as vLLM's does, with openai:MODEL,base_url=...,continues=true)")
     return build_judge(str(JudgeSpec(parsed.kind, parsed.target, options)))
 
 

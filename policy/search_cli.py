@@ -23,7 +23,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                 "--chains data/questions --method majority best-of-n weighted beam --n 16 --out results/search")
     p.add_argument("--policy", required=True, metavar="SPEC",
                    help="a generative model spec, as `stepcritic generate` takes it; beam and dvts need one that "
-                        "goes on writing a begun answer (hf:, vllm:, a py: GenerativeJudge)")
+                        "goes on writing a begun answer (hf:, vllm:, openai:...,continues=true, a py: GenerativeJudge)")
     p.add_argument("--critic", required=True, metavar="SPEC",
                    help="any judge spec `stepcritic eval` takes (prm:, reward:, hf:, remote:, ...); beam and dvts "
                         "need step scores (not reward:)")

@@ -198,3 +198,19 @@ def test_more_rollouts_added_later_are_new_draws(chains_dir, tmp_path):
     saved = [line for path in out.glob("cache/**/rollouts.jsonl") for line in path.read_text().splitlines()]
     texts = [json.loads(line)["text"] for line in saved]
     assert len(texts) == 5 * 3 and len(set(texts)) == len(texts)
+
+
+def test_an_openai_compatible_server_that_continues_a_turn_is_a_completer(chains_dir, tmp_path):
+    # vLLM's and SGLang's servers write on in a begun assistant turn when the request says so; OpenAI's API cannot,
+    # so the spec must say it (`continues=true`), and each rollout's request carries the servers' two parameters
+    from stepcritic.testing.fake_openai_server import FakeOpenAIServer
+
+    with FakeOpenAIServer() as server:
+        spec = f"openai:served,base_url={server.base_url}"
+        assert label(chains_dir, tmp_path / "refused", "--rollouts", "1", completer=spec) == 2
+        assert label(chains_dir, tmp_path / "out", "--rollouts", "1", completer=f"{spec},continues=true") == 0
+    bodies = [r["body"] for r in server.requests]
+    stats = json.load(open(tmp_path / "out" / "stats.json"))
+    assert bodies and len(bodies) == stats["rollouts"]["asked"]  # a prefix two chains share is rolled out once
+    assert all(b["continue_final_message"] is True and b["add_generation_prompt"] is False for b in bodies)
+    assert all(b["messages"][-1]["role"] == "assistant" for b in bodies)  # the step prefix, written on

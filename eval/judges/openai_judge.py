@@ -12,6 +12,10 @@ requests go out as soon as an earlier chain's critique has been handed over (and
 `concurrency` requests of unsaved chains at once. A run killed at any moment so repeats at most
 `concurrency` requests when it resumes. (LookBack, several rounds per chain, still works batch by batch.)
 
+`continues=true` says the server can go on writing an assistant turn begun in the prompt, as vLLM's and SGLang's
+OpenAI-compatible servers do when a request carries `continue_final_message` (OpenAI's own API opens a new turn
+instead): the judge can then be a completer for `stepcritic data label` and a policy for beam search.
+
 The API key is read from the environment variable named by `api_key_env` and kept out of the
 fingerprint, the options, repr, raw outputs and error messages. For OpenAI's own API (the default `base_url`) a
 variable that is unset or empty is an error when the judge is made, before any request.
@@ -56,18 +60,20 @@ class OpenAIJudge(GenerativeJudge):
     kind = "openai"
     shards = False  # asked from rank 0 alone, at its own concurrency (`Judge.shards`)
     OPTIONS = {**GenerativeJudge.OPTIONS, "base_url": str, "api_key_env": str, "concurrency": int,
-               "timeout": float, "max_retries": int, "backoff": float}
+               "timeout": float, "max_retries": int, "backoff": float, "continues": bool}
     RUNTIME_OPTIONS = GenerativeJudge.RUNTIME_OPTIONS | {"concurrency", "timeout", "max_retries", "backoff",
                                                         "api_key_env"}
 
     def __init__(self, spec: str, target: str | None = None, base_url: str = "https://api.openai.com/v1",
                  api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8, timeout: float = 120.0,
-                 max_retries: int = 5, backoff: float = 1.0, **options):
+                 max_retries: int = 5, backoff: float = 1.0, continues: bool = False, **options):
         if not target:
             raise ValueError("the openai judge needs a model name: openai:MODEL (e.g. openai:gpt-4o)")
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         options.setdefault("batch_size", 4 * concurrency)  # enough chains per batch to keep the pool busy
+        if continues:  # only when set, so the cache keys of judges that never continue a turn stay as they were
+            options["continues"] = True
         super().__init__(spec, target=target, base_url=base_url, api_key_env=api_key_env,
                          concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
                          **options)
@@ -78,6 +84,7 @@ class OpenAIJudge(GenerativeJudge):
                              f"or name another variable with api_key_env=VAR")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.concurrency, self.timeout = concurrency, timeout
+        self.CONTINUES = continues  # `Prompt.continue_final` honoured: the server says so, not the class
         self.max_retries, self.backoff = max_retries, backoff
         self._client = HTTPClient(self.url, os.environ.get(api_key_env), concurrency=concurrency, timeout=timeout,
                                   max_retries=max_retries, backoff=backoff, name=f"{self.kind} judge {target!r}",
@@ -113,8 +120,11 @@ class OpenAIJudge(GenerativeJudge):
             yield index, reply
 
     def _request(self, prompt: Prompt) -> Reply:
-        answer = self._client.post_json({"model": self.target, "messages": openai_messages(prompt),
-                                         "temperature": self.temperature, "max_tokens": self.max_tokens})
+        body = {"model": self.target, "messages": openai_messages(prompt), "temperature": self.temperature,
+                "max_tokens": self.max_tokens}
+        if prompt.continue_final:  # vLLM's and SGLang's extra parameters: write on in the last (assistant) turn
+            body.update(continue_final_message=True, add_generation_prompt=False)
+        answer = self._client.post_json(body)
         if isinstance(answer, Failure):
             return Reply(error=str(answer))
         return self._read(answer)
