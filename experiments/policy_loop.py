@@ -11,7 +11,7 @@ Every stage a `stepcritic` command as a user runs it, the measuring between them
    `--overwrite` (the policy's samples are saved once and reused; each critic's metrics are copied aside), and again
    with the aggregate that picks best at N = 16 when it is not `min`, for its interval. Then beam search and DVTS
    with the MC-labelled PRM on the first `tree_questions` of them, beside best-of-N on the same questions, with the
-   tokens the policy wrote per question.
+   tokens the policy wrote per question, at N = 1, 2, ... `tree_n`.
 3. `stepcritic train --config tiny/policy-grpo`: GRPO of the policy from the same start, same steps and samples,
    with the rewards of `GRPO_RUNS` (the outcome reward, the verifiable one, compares with the gold answer; the
    critic is the MC-labelled PRM and never sees it). Greedy accuracy on the held-out questions of the policy's
@@ -33,7 +33,8 @@ import time
 from stepcritic.experiments import rollout_labels
 from stepcritic.experiments.rollout_labels import TEMPLATE, Run
 
-PLAN = {"n": 16, "max_new_tokens": 96, "tree_questions": 40, "grpo_steps": 40, "grpo_lr": 1e-4}
+# beam and DVTS write a step at a time, 2 x (1 + 2 + ... + tree_n) continuations a step per question: the costliest
+PLAN = {"n": 16, "max_new_tokens": 96, "tree_questions": 32, "tree_n": 4, "grpo_steps": 40, "grpo_lr": 1e-4}
 POLICY = "hf:runs/policy,batch_size=64"
 CRITICS = {"mc": "PRM on MC labels", "mc-soft": "PRM on MC soft labels", "true": "PRM on true labels",
            "generator": "PRM on generator chains"}
@@ -53,10 +54,10 @@ def critic_spec(name: str) -> str:
     return f"prm:runs/prm-{name},batch_size=32"
 
 
-def search_args(critic: str, methods: list[str], out: str, *extra) -> list:
+def search_args(critic: str, methods: list[str], out: str, *extra, n: int | None = None) -> list:
     return ["search", "--policy", POLICY, "--template", TEMPLATE, "--critic", critic_spec(critic), "--chains",
-            "data/test-synth", "--method", *methods, "--n", PLAN["n"], "--max-new-tokens", PLAN["max_new_tokens"],
-            *extra, "--out", out, "--overwrite", "--quiet"]
+            "data/test-synth", "--method", *methods, "--n", n or PLAN["n"], "--max-new-tokens",
+            PLAN["max_new_tokens"], *extra, "--out", out, "--overwrite", "--quiet"]
 
 
 def point(metrics: dict, method: str) -> dict:
@@ -93,7 +94,8 @@ def searched(run: Run) -> dict:
             row[f"weighted {aggregate}"] = point(json.load(open(again)), "weighted")
         out[name] = row
     run.sc(f"search beam dvts ({TREE_CRITIC})", *search_args(TREE_CRITIC, ["majority", "best-of-n", "beam", "dvts"],
-                                                            "search/trees", "--limit", PLAN["tree_questions"]),
+                                                            "search/trees", "--limit", PLAN["tree_questions"],
+                                                            n=PLAN["tree_n"]),
            done=d("search", "trees", "metrics.json"))
     trees = json.load(open(d("search", "trees", "metrics.json")))
     return {"sampled": out, "trees": {"questions": trees["questions"], "methods": trees["methods"]}}
@@ -171,7 +173,7 @@ def report(r: dict) -> list[str]:
         diff = lambda p: f"{p['accuracy'] - maj['accuracy']:+.3f}" + (" (apart)" if apart(p, maj) else "")  # noqa
         lines.append(f"| {CRITICS[name]} | {_p(maj)} | {_p(s['random'])} | {_p(s['oracle'])} | {_p(s['best-of-n'])} "
                      f"| {_p(s['weighted'])} | `{agg}`: {_p(bon)} | {_p(wtd)} | {diff(bon)} | {diff(wtd)} |")
-    trees = r["search"]["trees"]
+    trees = r["search"].get("trees") or {"questions": 0, "methods": {"beam": {}}}
     lines += ["", f"## Beam search and DVTS against best-of-N at equal tokens ({CRITICS[TREE_CRITIC]}, "
                   f"{trees['questions']} questions)", "",
               "| N | majority (tokens) | best-of-N (tokens) | beam (tokens) | best-of-N at beam's tokens | dvts (tokens) | "
