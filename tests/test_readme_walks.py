@@ -16,9 +16,10 @@ from helpers import REPO, walk
 README = os.path.join(REPO, "README.md")
 SHARED = os.environ.get("STEPCRITIC_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
 MICEVAL = os.path.join(SHARED, "data", "miceval", "dataset", "MiCEval_Normal.jsonl")
-# a command naming any of these needs a GPU, a model from the Hub or an API key, is the demo (tests/test_demo.py) or
-# a benchmark (measured by its own script), or installs
-NOT_OFFLINE = ("accelerate", "openai:", "Qwen/", "qwen", "-7b", "-3b", "demo", "stepcritic.bench", "make", "pip", "git")
+# a command naming any of these needs a GPU, a model from the Hub or an API key, is the demo (tests/test_demo.py), a
+# benchmark or an experiment (each measured by its own script, for tens of minutes), or installs
+NOT_OFFLINE = ("accelerate", "openai:", "Qwen/", "qwen", "-7b", "-3b", "demo", "stepcritic.bench",
+               "stepcritic.experiments", "make", "pip", "git")
 LINKED = ("tests", "examples", "recipes")  # the repository's folders the walks read, as a clone has them
 
 
