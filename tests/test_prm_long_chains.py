@@ -139,3 +139,25 @@ def test_grouped_attention_copies_no_cached_key_and_changes_no_score(notes_score
     copied = notes_scorer.score(chains)
     assert copies, "the tiny PRM has grouped key/value heads: without the switch transformers copies them"
     assert all(abs(a - b) < 1e-5 for a, b in zip(grouped[0], copied[0])), (grouped, copied)
+
+
+def test_each_step_prompt_is_tokenized_past_the_one_before_into_the_ids_of_a_whole_read(notes_scorer, monkeypatch):
+    # protects: every step tokenized the whole conversation again, a cost that grew with the chain at every step
+    import torch
+
+    from stepcritic.train import scoring
+
+    extended, compared = scoring._Prompt.extended, []
+
+    def checked(self, conversation):
+        ids = extended(self, conversation)
+        whole = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True,
+                                                   return_dict=True, return_tensors="pt")["input_ids"]
+        compared.append(ids is not None and torch.equal(ids, whole))
+        return ids
+
+    monkeypatch.setattr(scoring._Prompt, "extended", checked)
+    cut = notes_scorer.score([long_chain(7)])
+    assert compared == [True] * 6  # every step after the first, each the ids a whole read gives
+    monkeypatch.setattr(scoring._Prompt, "extended", lambda self, conversation: None)  # read every prompt whole
+    assert notes_scorer.score([long_chain(7)]) == cut

@@ -193,8 +193,9 @@ class PRMScorer:
         """Step by step: write each note greedily, then read the probability of the step's own text as the note.
         `self.last_notes` gets the notes the model wrote (what it says each step should read), for inspection.
 
-        Each step's prompt is the whole conversation rendered again, as in training, but the model reads only the
-        tokens its cache does not already hold (`_Context.keep`): one generation and one forward pass per step."""
+        Each step's prompt is the whole conversation rendered again, as in training, but only its new text is
+        tokenized (`_Prompt`) and the model reads only the tokens its cache does not already hold (`_Context.keep`):
+        one generation and one forward pass per step."""
         from trl.data_utils import prepare_multimodal_messages
 
         device = next(self.model.parameters()).device
@@ -202,18 +203,21 @@ class PRMScorer:
         turns = prompts.prm_prompt_messages(chain, self.template, notes=self.notes)[0::2]  # the user turns
         context = _Context()
         messages, scores, notes = [], [], []
+        prompt = _Prompt(self.processor)
         for index, turn in enumerate(turns):
             messages.append(turn)
-            inputs = self.processor.apply_chat_template(
-                [prepare_multimodal_messages([dict(m) for m in messages], images=images)],
-                add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
-                processor_kwargs={"truncation": False})  # never cut: a cut prompt would end before the step it asks
-            ids = inputs["input_ids"]
+            conversation = [prepare_multimodal_messages([dict(m) for m in messages], images=images)]
+            ids = prompt.extended(conversation) if index else None
+            if ids is None:
+                inputs = prompt.read(conversation)
+                ids = inputs["input_ids"]
             if index == 0 and images:  # the images go with the first user turn: what follows them may be reused
                 context.fixed = self._vision_end(ids[0])
             # the images (and any other model input beside the text) are read only by a pass that starts at 0
-            vision = {} if context.keep(ids[0]) else {k: v.to(device) for k, v in inputs.items()
-                                                      if k not in ("input_ids", "attention_mask")}
+            vision = {}
+            if not context.keep(ids[0]):
+                inputs = prompt.read(conversation)
+                vision = {k: v.to(device) for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
             if self.notes == "check":
                 note, p_note = self._write_note(ids.to(device), vision, context, verdict=True)
             else:
@@ -296,6 +300,47 @@ def _grouped_attention_on_cpu(model):
             os.environ.pop(key, None)
         else:
             os.environ[key] = before
+
+
+class _Prompt:
+    """A chain's step prompts as token ids, each tokenized only where it goes past the one before.
+
+    Each step's prompt is the conversation so far rendered again (as in training), and it starts with the previous
+    step's prompt; tokenizing it whole every step costs time that grows with the chain. A tokenizer always splits at
+    an added token (`<|im_start|>` and the like), so the ids up to the previous prompt's last added token stay as they
+    were and only the text from there is tokenized. A prompt that does not extend the one before (a template that
+    renders earlier turns otherwise) is tokenized whole."""
+
+    def __init__(self, processor):
+        self.processor = processor
+        self.added = {int(i): t.content for i, t in processor.tokenizer.added_tokens_decoder.items()}
+        self.text, self.ids = None, None
+
+    def read(self, conversation):
+        """The processor's inputs for the whole prompt, images included."""
+        inputs = self.processor.apply_chat_template(
+            conversation, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
+            processor_kwargs={"truncation": False})  # never cut: a cut prompt would end before the step it asks
+        self.text, self.ids = self._render(conversation), inputs["input_ids"][0].tolist()
+        return inputs
+
+    def extended(self, conversation):
+        """The prompt's ids (a 1-row tensor) from the previous prompt's, or None when it does not extend it."""
+        import torch
+
+        text = self._render(conversation)
+        if self.ids is None or not text.startswith(self.text):
+            return None
+        last = next((j for j in range(len(self.ids) - 1, -1, -1) if self.ids[j] in self.added), None)
+        if last is None:
+            return None
+        cut = self.text.rfind(self.added[self.ids[last]])
+        rest = self.processor.tokenizer(text[cut:], add_special_tokens=False)["input_ids"]
+        self.text, self.ids = text, self.ids[:last] + rest
+        return torch.tensor([self.ids])
+
+    def _render(self, conversation) -> str:
+        return self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)[0]
 
 
 class _Context:
