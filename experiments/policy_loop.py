@@ -176,8 +176,8 @@ def report(r: dict) -> list[str]:
     trees = r["search"].get("trees") or {"questions": 0, "methods": {"beam": {}}}
     lines += ["", f"## Beam search and DVTS against best-of-N at equal tokens ({CRITICS[TREE_CRITIC]}, "
                   f"{trees['questions']} questions)", "",
-              "| N | majority (tokens) | best-of-N (tokens) | beam (tokens) | best-of-N at beam's tokens | dvts (tokens) | "
-              "best-of-N at dvts' tokens |", "|---|---|---|---|---|---|---|"]
+              "| N | majority (tokens) | best-of-N (tokens) | beam (tokens) | best-of-N at beam's tokens "
+              "| dvts (tokens) | best-of-N at dvts' tokens |", "|---|---|---|---|---|---|---|"]
     m = trees["methods"]
     for k in m["beam"]:
         cells = [f"{_p(m[x][k])} ({m[x][k]['tokens_per_question']:.0f})" for x in ("majority", "best-of-n")]

@@ -384,8 +384,60 @@ class _Context:
 
     def read(self, cache, sequence) -> None:
         """After a pass: the cache it returned holds the first `get_seq_length()` tokens of `sequence`."""
+        if cache is not self.cache:
+            _grow_in_place(cache)
         self.cache = cache
         self.ids = sequence[:cache.get_seq_length()]
+
+
+def _grow_in_place(cache) -> None:
+    """Swap a new cache's plain layers for `_GrowingLayer`s, keeping what they hold."""
+    from transformers.cache_utils import DynamicLayer
+
+    for i, layer in enumerate(getattr(cache, "layers", [])):
+        if type(layer) is DynamicLayer and layer.is_initialized:
+            grown = _GrowingLayer()
+            grown.update(layer.keys, layer.values)
+            cache.layers[i] = grown
+
+
+def _growing_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """A cache layer whose keys and values are views of a buffer that doubles when full.
+
+        transformers' layer concatenates every new token onto all it holds, a copy of the whole cache per token that
+        grows with the chain; here a token is written into room kept for it. Cutting the cache (`crop`) keeps the
+        buffer, whose tail the next tokens overwrite."""
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, add = self.get_seq_length(), key_states.shape[-2]
+            buffer = getattr(self, "buffer", None)
+            if buffer is None or n + add > buffer[0].shape[-2] or self.keys.data_ptr() != buffer[0].data_ptr():
+                room = max(256, 2 * (n + add))  # a layer changed elsewhere (not a view of the buffer) starts afresh
+                buffer = tuple(states.new_empty((*states.shape[:-2], room, states.shape[-1]))
+                               for states in (key_states, value_states))
+                if n:
+                    buffer[0][..., :n, :], buffer[1][..., :n, :] = self.keys, self.values
+                self.buffer = buffer
+            buffer[0][..., n:n + add, :], buffer[1][..., n:n + add, :] = key_states, value_states
+            self.keys, self.values = buffer[0][..., :n + add, :], buffer[1][..., :n + add, :]
+            return self.keys, self.values
+
+    return GrowingLayer
+
+
+def _GrowingLayer():  # noqa: N802  (the class is made on first use: transformers loads only when scoring)
+    global _GROWING
+    if _GROWING is None:
+        _GROWING = _growing_layer_class()
+    return _GROWING()
+
+
+_GROWING = None
 
 
 class _ForceVerdict:
