@@ -4,17 +4,17 @@
 
 Every stage a `stepcritic` command as a user runs it, the measuring between them in this module:
 
-1. `experiments.rollout_labels` in the same folder: the tiny policy, its chains, their rollout labels and four PRMs
-   (on MC labels, hard and soft, on the checker's true labels, and on the generator's chains, the demo's kind).
+1. `experiments.rollout_labels` in the same folder: the tiny policy, its chains, their rollout labels and three PRMs
+   (on MC labels, hard and soft, and on the checker's true labels), beside the demo's PRM (generator chains, notes).
 2. `stepcritic search` on the held-out questions of seed 2 (scenes no policy or PRM trained on), `--n 16`: majority,
    random, oracle, best-of-N and weighted best-of-N with each PRM as the critic, in one `--out` run again with
    `--overwrite` (the policy's samples are saved once and reused; each critic's metrics are copied aside), and again
    with the aggregate that picks best at N = 16 when it is not `min`, for its interval. Then beam search and DVTS
-   with the MC-labelled PRM on the first `tree_questions` of them, beside best-of-N on the same questions, with the
+   with the demo's PRM on the first `tree_questions` of them, beside best-of-N on the same questions, with the
    tokens the policy wrote per question, at N = 1, 2, ... `tree_n`.
 3. `stepcritic train --config tiny/policy-grpo`: GRPO of the policy from the same start, same steps and samples,
    with the rewards of `GRPO_RUNS` (the outcome reward, the verifiable one, compares with the gold answer; the
-   critic is the MC-labelled PRM and never sees it). Greedy accuracy on the held-out questions of the policy's
+   critic is the demo's PRM and never sees it). Greedy accuracy on the held-out questions of the policy's
    dataset (groups no training row shows) at every evaluation, beside the critic's reward.
 
 Writes `OUT/loop.md` and `OUT/loop.json` (with rollout_labels' `results.md` beside them). Every stage whose output
@@ -37,25 +37,25 @@ from stepcritic.experiments.rollout_labels import TEMPLATE, Run
 PLAN = {"n": 16, "max_new_tokens": 96, "tree_questions": 32, "tree_n": 4, "grpo_steps": 40, "grpo_lr": 1e-4}
 POLICY = "hf:runs/policy,batch_size=64"
 CRITICS = {"mc": "PRM on MC labels", "mc-soft": "PRM on MC soft labels", "true": "PRM on true labels",
-           "generator": "PRM on generator chains"}
-TREE_CRITIC = "mc"
-# GRPO runs: name -> rewards and options; every run logs the MC-labelled PRM's reward beside accuracy
+           "demo": "the demo's PRM"}
+# the critic of the tree searches and of GRPO: the one trained to read the image (the others judge at chance)
+TREE_CRITIC = GRPO_CRITIC = "demo"
+# GRPO runs: name -> rewards and options; every run logs the critic's reward beside accuracy
 GRPO_RUNS = {
     "outcome": ["--policy_rewards", "outcome"],
     "critic": ["--policy_rewards", "critic"],
     "outcome critic": ["--policy_rewards", "outcome", "critic"],
     "critic, answer required": ["--policy_rewards", "critic", "--critic_requires_answer", "true"],
-    "outcome + 0.25 critic, answer required": ["--policy_rewards", "outcome", "critic", "--critic_requires_answer",
-                                               "true", "--reward_weights", "1", "0.25"],
 }
 
 
-def critic_spec(name: str) -> str:
-    return f"prm:runs/prm-{name},batch_size=32"
+def critic_specs(demo_prm: str) -> dict:
+    """Each critic's judge spec, from OUT (the commands run there)."""
+    return {name: f"prm:{demo_prm if name == 'demo' else f'runs/prm-{name}'},batch_size=32" for name in CRITICS}
 
 
 def search_args(critic: str, methods: list[str], out: str, *extra, n: int | None = None) -> list:
-    return ["search", "--policy", POLICY, "--template", TEMPLATE, "--critic", critic_spec(critic), "--chains",
+    return ["search", "--policy", POLICY, "--template", TEMPLATE, "--critic", critic, "--chains",
             "data/test-synth", "--method", *methods, "--n", n or PLAN["n"], "--max-new-tokens",
             PLAN["max_new_tokens"], *extra, "--out", out, "--overwrite", "--quiet"]
 
@@ -69,14 +69,14 @@ def best_aggregate(metrics: dict) -> str:
     return max(metrics["by_aggregate"], key=lambda a: (metrics["by_aggregate"][a]["best-of-n"][top], a == "min"))
 
 
-def searched(run: Run) -> dict:
+def searched(run: Run, specs: dict) -> dict:
     """The sampled methods with each critic, and beam / DVTS against best-of-N on the first questions."""
     d = run.path
     out = {}
     for name in CRITICS:
         kept = d("search", f"sampled-{name}.json")
         if not os.path.exists(kept):
-            run.sc(f"search sampled ({name})", *search_args(name, ["majority", "random", "oracle", "best-of-n",
+            run.sc(f"search sampled ({name})", *search_args(specs[name], ["majority", "random", "oracle", "best-of-n",
                                                                     "weighted"], "search/sampled"))
             shutil.copy(d("search", "sampled", "metrics.json"), kept)
         metrics = json.load(open(kept))
@@ -88,14 +88,15 @@ def searched(run: Run) -> dict:
             again = d("search", f"sampled-{name}-{aggregate}.json")
             if not os.path.exists(again):
                 run.sc(f"search sampled ({name}, {aggregate})",
-                       *search_args(name, ["best-of-n", "weighted"], "search/sampled", "--aggregate", aggregate))
+                       *search_args(specs[name], ["best-of-n", "weighted"], "search/sampled", "--aggregate",
+                                    aggregate))
                 shutil.copy(d("search", "sampled", "metrics.json"), again)
             row[f"best-of-n {aggregate}"] = point(json.load(open(again)), "best-of-n")
             row[f"weighted {aggregate}"] = point(json.load(open(again)), "weighted")
         out[name] = row
-    run.sc(f"search beam dvts ({TREE_CRITIC})", *search_args(TREE_CRITIC, ["majority", "best-of-n", "beam", "dvts"],
-                                                            "search/trees", "--limit", PLAN["tree_questions"],
-                                                            n=PLAN["tree_n"]),
+    run.sc(f"search beam dvts ({TREE_CRITIC})",
+           *search_args(specs[TREE_CRITIC], ["majority", "best-of-n", "beam", "dvts"], "search/trees", "--limit",
+                        PLAN["tree_questions"], n=PLAN["tree_n"]),
            done=d("search", "trees", "metrics.json"))
     trees = json.load(open(d("search", "trees", "metrics.json")))
     return {"sampled": out, "trees": {"questions": trees["questions"], "methods": trees["methods"]}}
@@ -113,14 +114,14 @@ def at_tokens(curve: dict, tokens: float) -> tuple[float, bool]:
     return pts[-1][1], False
 
 
-def grpo(run: Run) -> dict:
+def grpo(run: Run, specs: dict) -> dict:
     out = {}
     for name, extra in GRPO_RUNS.items():
         folder = "runs/grpo-" + name.replace(" ", "-").replace(",", "").replace("+", "plus")
         run.sc(f"GRPO ({name})", "train", "--config", "tiny/policy-grpo", "--model_name_or_path", "runs/policy",
                "--tiny_model", "false", "--dataset_path", "data/policy-sft", "--output_dir", folder,
                "--max_steps", PLAN["grpo_steps"], "--learning_rate", PLAN["grpo_lr"], "--save_strategy", "no",
-               "--reward_critic", critic_spec("mc"), *extra, done=run.path(folder, "trainer_state.json"))
+               "--reward_critic", specs[GRPO_CRITIC], *extra, done=run.path(folder, "trainer_state.json"))
         history = json.load(open(run.path(folder, "trainer_state.json")))["log_history"]
         # one per step: the run's closing evaluation repeats the last step's
         evals = list({e["step"]: e for e in history if "eval_accuracy" in e}.values())
@@ -134,12 +135,13 @@ def grpo(run: Run) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    rollout_labels.main(argparse.Namespace(out=args.out, prm_steps=None))
+    rollout_labels.main(argparse.Namespace(out=args.out, prm_steps=None, demo_prm=args.demo_prm))
     out = os.path.abspath(args.out)
     run = Run(out)
-    results = {"plan": PLAN, "search": searched(run), "grpo": grpo(run)}
-    results["prms"] = json.load(open(run.path("results.json")))["prms"]
-    results["accuracy"] = json.load(open(run.path("results.json")))["accuracy"]
+    labelled = json.load(open(run.path("results.json")))
+    specs = critic_specs(labelled["demo_prm"])
+    results = {"plan": PLAN, "search": searched(run, specs), "grpo": grpo(run, specs)}
+    results["prms"], results["accuracy"] = labelled["prms"], labelled["accuracy"]
     results["timings_s"] = run.timings
     results["wall_s_this_call"] = round(time.perf_counter() - start, 1)
     results["commands"] = run.commands
@@ -187,7 +189,7 @@ def report(r: dict) -> list[str]:
                       f"{value:.3f}" + ("" if inside else " (end of curve)")]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     lines += ["", f"## GRPO of the policy, {r['plan']['grpo_steps']} steps at lr {r['plan']['grpo_lr']:g} "
-                  "(critic: PRM on MC labels)", "",
+                  f"(critic: {CRITICS[GRPO_CRITIC]})", "",
               "| rewards | held-out accuracy at each evaluation | start -> end | critic's reward | answers stated | "
               "steps per answer | check |", "|---|---|---|---|---|---|---|"]
     for name, g in r["grpo"].items():
@@ -207,6 +209,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     p = parser or argparse.ArgumentParser(prog="python -m stepcritic.experiments.policy_loop",
                                           description=__doc__.split("\n")[0])
     p.add_argument("--out", default="outputs/policy-loop", help="working folder (data/, runs/, search/, results)")
+    p.add_argument("--demo-prm", default=None, metavar="DIR",
+                   help="the PRM of a finished `stepcritic demo` (DEMO_OUT/models/prm); default: run the demo in OUT")
     return p
 
 

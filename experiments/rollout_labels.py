@@ -1,6 +1,6 @@
 """Step labels by rollouts against true labels, and PRMs trained on them, on the embedded default.
 
-    python -m stepcritic.experiments.rollout_labels --out outputs/rollout-labels [--prm-steps 150]
+    python -m stepcritic.experiments.rollout_labels --out outputs/rollout-labels [--prm-steps 150] [--demo-prm DIR]
 
 One command, every stage a `stepcritic` command as a user runs it (`data synth`, `data build`, `train`, `generate`,
 `data label`, `eval`), the measuring between them in this module:
@@ -16,11 +16,12 @@ One command, every stage a `stepcritic` command as a user runs it (`data synth`,
    `--method binary` at the same N, all in one `--out` run again with `--overwrite` (every rollout is keyed by its
    prefix and its number, so N = 16 reuses the 8 of N = 8 and binary search reuses mc's), each result copied aside.
    Step F1 of each against the true labels (incorrect = positive; `eval.metrics.step_f1`) with the rollouts spent.
-4. Three PRMs, `recipes/tiny/prm.yaml` with the same steps and options: on seed 1's chains with the N = 8 mc labels
-   (hard, and a fourth with `--step-targets soft`), on the same chains with the true labels, and on the generator's
-   chains of seed 0 (the demo's kind of training data, with this experiment's steps). `stepcritic eval` judges them
-   and the prompted base (`step-check:` on the same tiny base) on seed 2's chains with true labels: step F1, AUROC
-   and bootstrap intervals.
+4. PRMs, `recipes/tiny/prm.yaml` with the same steps and options: on seed 1's chains with the N = 8 mc labels
+   (hard, and again with `--step-targets soft`) and on the same chains with the true labels. Beside them the demo's
+   PRM, trained on the generator's chains with notes (`stepcritic demo --out OUT/demo`, or `--demo-prm DIR` for one
+   already trained; its training scenes are checked against seed 2's too). `stepcritic eval` judges them and the
+   prompted base (`step-check:` on the same tiny base) on seed 2's chains with true labels: step F1, AUROC and
+   bootstrap intervals.
 
 Writes `OUT/results.md`, `OUT/results.json` and `OUT/label_f1.png`. Every stage whose output exists is skipped, so a
 stopped run goes on where it stopped (the commands themselves resume too).
@@ -177,9 +178,17 @@ def main(args: argparse.Namespace) -> int:
     for part, n in (("policy", plan["n_policy"]), ("label", plan["n_label"]), ("test", plan["n_test"])):
         run.sc(f"synth {part}", "data", "synth", "--n", n, "--seed", SEEDS[part], "--out", f"data/{part}-synth",
                done=d("data", f"{part}-synth"))
+    # the demo's PRM: trained by `stepcritic demo` (its PRM stage is what this needs), or given
+    demo_prm = os.path.abspath(args.demo_prm) if args.demo_prm else d("demo", "models", "prm")
+    if not args.demo_prm:
+        run.sc("demo (for its PRM)", "demo", "--out", "demo", done=d("demo", "targets.json"))
     keys = {part: scene_keys(d("data", f"{part}-synth")) for part in SEEDS}
-    shared = {f"{a}/{b}": len(keys[a] & keys[b]) for a, b in (("policy", "label"), ("policy", "test"),
-                                                               ("label", "test"))}
+    pairs = [("policy", "label"), ("policy", "test"), ("label", "test")]
+    demo_chains = os.path.join(os.path.dirname(os.path.dirname(demo_prm)), "data", "train-chains")
+    if os.path.exists(demo_chains):
+        keys["demo"] = scene_keys(demo_chains)
+        pairs.append(("demo", "test"))
+    shared = {f"{a}/{b}": len(keys[a] & keys[b]) for a, b in pairs}
     if any(shared.values()):
         raise SystemExit(f"scenes shared between seeds: {shared}")
 
@@ -220,10 +229,9 @@ def main(args: argparse.Namespace) -> int:
                 shutil.copytree(d(work), kept, ignore=shutil.ignore_patterns("cache"))
             quality[f"{method}-{n}"] = label_quality(kept, truth)
 
-    # ---- three PRMs, same recipe and steps
+    # ---- PRMs, same recipe and steps
     mc = f"data/label-mc-{plan['train_rollouts']}"
-    sources = {"mc": (mc, "hard"), "mc-soft": (mc, "soft"), "true": ("data/label-true", "hard"),
-               "generator": ("data/policy-synth", "hard")}
+    sources = {"mc": (mc, "hard"), "mc-soft": (mc, "soft"), "true": ("data/label-true", "hard")}
     for name, (chains, targets) in sources.items():
         run.sc(f"build prm-sft ({name})", "data", "build", "--chains", chains, "--kind", "prm-sft", "--template",
                PRM_TEMPLATE, "--step-targets", targets, "--out", f"data/prm-{name}", "--quiet",
@@ -237,7 +245,7 @@ def main(args: argparse.Namespace) -> int:
     specs = {"PRM on MC labels": "prm:runs/prm-mc,batch_size=32",
              "PRM on MC soft labels": "prm:runs/prm-mc-soft,batch_size=32",
              "PRM on true labels": "prm:runs/prm-true,batch_size=32",
-             "PRM on generator chains": "prm:runs/prm-generator,batch_size=32", "prompted base": f"step-check:{base}"}
+             "the demo's PRM": f"prm:{demo_prm},batch_size=32", "prompted base": f"step-check:{base}"}
     judges = [a for spec in specs.values() for a in ("--judge", spec)]
     run.sc("eval", "eval", "--chains", "data/test-true", *judges, "--tasks", "critique", "--out", "eval",
            "--no-progress", done=d("eval", "metrics.json"))
@@ -252,8 +260,8 @@ def main(args: argparse.Namespace) -> int:
         os.chdir(here)
     prms = judge_rows(metrics, {role: names[spec] for role, spec in specs.items()})
 
-    results = {"plan": plan, "seeds": SEEDS, "scenes_shared": shared, "accuracy": accuracy, "checked": checked,
-               "label_quality": quality, "prms": prms, "timings_s": run.timings,
+    results = {"plan": plan, "seeds": SEEDS, "demo_prm": demo_prm, "scenes_shared": shared, "accuracy": accuracy,
+               "checked": checked, "label_quality": quality, "prms": prms, "timings_s": run.timings,
                "wall_s": round(time.perf_counter() - start, 1), "commands": run.commands}
     with open(d("results.json"), "w") as f:
         json.dump(results, f, indent=2)
@@ -301,6 +309,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
                                           description=__doc__.split("\n")[0])
     p.add_argument("--out", default="outputs/rollout-labels", help="working folder (data/, runs/, eval/, results)")
     p.add_argument("--prm-steps", type=int, default=None, help="optimiser steps of every PRM (default 150)")
+    p.add_argument("--demo-prm", default=None, metavar="DIR",
+                   help="the PRM of a finished `stepcritic demo` (DEMO_OUT/models/prm); default: run the demo in OUT")
     return p
 
 
