@@ -314,11 +314,11 @@ def section(data: JudgeData, tasks, levels=None) -> dict:
     out = {}
     for task in tasks:
         if task not in TASK_SECTIONS:
-            raise KeyError(f"task {task!r} is registered in eval/tasks.py but has no section in TASK_SECTIONS")
+            raise KeyError(f"task {task!r} is registered in eval/tasks/ but has no section in TASK_SECTIONS")
         out[task] = TASK_SECTIONS[task](data)
         missing = [m.key for m in T.metrics_for([task]) if not T.has(out, m)]
         if missing:
-            raise KeyError(f"task {task!r} computed no {missing}, which eval/tasks.py registers")
+            raise KeyError(f"task {task!r} computed no {missing}, which eval/tasks/ registers")
     add_intervals(out, data, tasks, levels)
     return out if levels is None else _only(out, [m for m in T.metrics_for(tasks) if m.level in levels])
 

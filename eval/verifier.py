@@ -22,7 +22,7 @@ The five aspect answers also give MiCEval's chain score (Sec. 5): each label put
 Somers' D against the chain's human good/bad label is MiCEval's chain-level correlation (Table 3, "Step,
 MiCEval").
 
-The top level imports only the standard library and stdlib-only modules: `eval/tasks.py` reads the task order
+The top level imports only the standard library and stdlib-only modules: `eval/tasks/verifier.py` reads the task order
 from here.
 """
 

@@ -1,0 +1,96 @@
+"""What an eval task is (`Task`), each number it reports (`Metric`), and the one registry both are added to.
+
+Each task module of this package calls `register` once with its `Task` and its `Metric`s; the command line, the
+runner, `results`, `intervals` and `report` read the registry and name no task. Only the standard library is imported
+here: `stepcritic eval --help` reads the task names from the registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    needs: str        # what the runner asks each judge for: "critiques" (one per chain), "picks" (ShiftCheck),
+    #                   "pairwise" (a scorer's critiques, a generative judge's choice of each pair in both orders),
+    #                   "verifier" (the answers to every verifier task, `eval/verifier.py`) or "corrections"
+    #                   (critiques, then a corrector's answers after them, `eval/correction.py`)
+    description: str
+    default: bool = True  # run when `--tasks` is not given; off for tasks that multiply a judge's requests
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number of the report.
+
+    `key` is the dotted path inside the task's section (`judges.NAME.overall.TASK.<key>`); a bootstrap
+    interval, for `headline` metrics, sits beside it at `<key>_ci`. `higher_is_better` None means no
+    direction (nothing is bolded). `level` says what the metric is computed over: "step" metrics also get a
+    table per step type, "group" metrics (one question's chains compared) are only broken down by fields
+    that are constant within a question. `undefined` says when the value is None ("–" in the report).
+    """
+
+    name: str
+    task: str
+    key: str
+    display: str
+    higher_is_better: bool | None
+    aggregation: str
+    description: str
+    fn: Callable
+    level: str
+    undefined: str
+    table: str = "leaderboard"   # or "diagnostics", "verifier", "rpts"
+    scale: int = 100             # shown x100 (papers' style), or as is
+    headline: bool = False       # bootstrap interval, and a place in the terminal summary
+
+    @property
+    def ci_key(self) -> str:
+        return f"{self.key}_ci"
+
+
+# the registry, in registration order: `--tasks` lists the tasks, and the report shows the metrics, in this order
+TASKS: dict[str, Task] = {}
+METRICS: dict[str, Metric] = {}
+
+
+def register(task: Task, metrics: list[Metric]) -> Task:
+    """Add a task and its metrics to the registry; a name taken twice, or a metric of another task, is a bug."""
+    if task.name in TASKS:
+        raise RuntimeError(f"task {task.name!r} is registered twice")
+    for m in metrics:
+        if m.task != task.name or m.name in METRICS:
+            raise RuntimeError(f"metric {m.name!r}: metric names must be unique and every metric must belong to the "
+                               "task it is registered with")
+        METRICS[m.name] = m
+    TASKS[task.name] = task
+    return task
+
+
+def metrics_for(tasks, table: str | None = None, level: str | None = None) -> list[Metric]:
+    """The registered metrics of `tasks`, in registry order, optionally of one table or one level."""
+    return [m for m in METRICS.values() if m.task in tasks and (table is None or m.table == table)
+            and (level is None or m.level == level)]
+
+
+def find(section: dict, task: str, key: str) -> tuple[bool, object]:
+    """(whether the section holds `key` of `task`, its value)."""
+    value = section.get(task)
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def lookup(section: dict, metric: Metric, ci: bool = False):
+    """A metric's value (or its `[low, high]` interval) in one section of `metrics.json`, None when absent."""
+    return find(section, metric.task, metric.ci_key if ci else metric.key)[1]
+
+
+def has(section: dict, metric: Metric) -> bool:
+    """Whether the section holds the metric's key (its value may be None: undefined)."""
+    return find(section, metric.task, metric.key)[0]

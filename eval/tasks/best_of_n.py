@@ -1,0 +1,41 @@
+"""Best-of-N (`eval/best_of_n.py`): the chain each judge scores highest among a question's N candidates."""
+
+from __future__ import annotations
+
+from stepcritic.eval import best_of_n as BON
+from stepcritic.eval.tasks.base import Metric, Task, register
+
+NO_QUESTIONS = "no question has two or more chains with a known answer label"
+BON_SELECTORS = {  # selector: (column, what picks)
+    "chain": ("BoN chain score", "the judge's chain score (a reward model's, a generative judge's rating, a "
+              "critique's share of steps judged correct)"),
+    "min": ("BoN min", "the lowest of the chain's step scores (the usual PRM aggregation)"),
+    "mean": ("BoN mean", "the mean of the chain's step scores"),
+    "last": ("BoN last", "the score of the chain's final step"),
+}
+BON_REFERENCES = {  # reference: (column, what it is)
+    "random": ("Random pick", "expected accuracy of a uniform pick among the chains (the share of right answers)",
+               BON.random_accuracy),
+    "majority": ("Majority vote", "accuracy of the most frequent final answer among the chains (self-consistency), "
+                 "ties shared", BON.majority_accuracy),
+    "oracle": ("Oracle", "share of questions with at least one right chain: the ceiling of any selector",
+               BON.oracle_accuracy),
+}
+_BON_OVER = "mean over questions with two or more chains of known answer label, each with all its chains"
+TASK = Task("best-of-n", "critiques", "the chain each judge scores highest among N candidates of a question, against "
+            "random pick, majority vote and the oracle, for N = 1, 2, 4, ... (PRM best-of-N selection)")
+METRICS = [
+    Metric(f"bon_{selector}", "best-of-n", f"full.{selector}", display, True, _BON_OVER,
+           f"accuracy of the answer of the chain picked by {what}; a tie for the top shares its expected accuracy",
+           BON.pick_accuracy, "group",
+           f"{NO_QUESTIONS}, or the judge gives no {'chain' if selector == 'chain' else 'step'} score",
+           table="best_of_n", headline=selector == "chain")
+    for selector, (display, what) in BON_SELECTORS.items()
+] + [
+    # the same for every judge (they do not depend on its scores): no direction, nothing bolded
+    Metric(f"bon_{ref}", "best-of-n", f"full.{ref}", display, None, _BON_OVER, what, fn, "group",
+           NO_QUESTIONS + (", or the chains of a question give no final answer" if ref == "majority" else ""),
+           table="best_of_n")
+    for ref, (display, what, fn) in BON_REFERENCES.items()
+]
+register(TASK, METRICS)

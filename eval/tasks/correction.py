@@ -1,0 +1,33 @@
+"""VISCO's correction (`eval/correction.py`): a corrector revises each answer after a critique."""
+
+from __future__ import annotations
+
+from stepcritic.eval import metrics as M
+from stepcritic.eval.tasks.base import Metric, Task, register
+
+NO_CORRECTOR = "the judge has no corrector (give --corrector, or use a generative judge)"
+_CORRECTION_CRITIQUES = {"gold": ("gold critique", "the data's critique (VISCO's human critique)"),
+                         "own": ("own critique", "the judge's own critique")}
+# opt-in: two corrector requests per chain and judge, and a corrector to name
+TASK = Task("correction", "corrections", "a corrector revises each chain's answer given the gold critique and "
+            "given the judge's own: PCR, NCR and correction gain (VISCO Sec. 3.1.2)", default=False)
+METRICS = [
+    m for setting, (short, what) in _CORRECTION_CRITIQUES.items() for m in (
+        Metric(f"correction_{setting}_pcr", "correction", f"{setting}.pcr", f"PCR ({short})", True,
+               "over chains whose answer was wrong",
+               f"share of wrong answers the corrector makes right after {what}, VISCO's PCR (Sec. 3.1.2)",
+               M.correction_gain, "chain",
+               f"{NO_CORRECTOR}{'' if setting == 'gold' else ', the judge gives no critique'}, or no answer was wrong",
+               table="correction"),
+        Metric(f"correction_{setting}_ncr", "correction", f"{setting}.ncr", f"NCR ({short})", False,
+               "over chains whose answer was right",
+               f"share of right answers the corrector makes wrong after {what}, VISCO's NCR (Sec. 3.1.2)",
+               M.correction_gain, "chain",
+               f"{NO_CORRECTOR}{'' if setting == 'gold' else ', the judge gives no critique'}, or no answer was right",
+               table="correction"),
+        Metric(f"correction_{setting}_gain", "correction", f"{setting}.gain", f"Gain ({short})", True,
+               "PCR - NCR", f"VISCO's correction gain after {what} (Sec. 3.1.2)", M.correction_gain, "chain",
+               "PCR or NCR is undefined", table="correction", headline=setting == "own"),
+    )
+]
+register(TASK, METRICS)

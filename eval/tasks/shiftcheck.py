@@ -1,0 +1,22 @@
+"""ShiftCheck (CMMU): "which chain is best?" asked under every circular shift of the options."""
+
+from __future__ import annotations
+
+from stepcritic.eval import metrics as M
+from stepcritic.eval.tasks.base import Metric, Task, register
+
+TASK = Task("shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)")
+METRICS = [
+    Metric("circular_accuracy", "shiftcheck", "circular_accuracy", "ShiftCheck acc", True,
+           "mean over complete shift groups with a correct option",
+           "right under every circular shift of the options (CMMU ShiftCheck)", M.shiftcheck, "group",
+           "no question has exactly one fully correct option", headline=True),
+    Metric("consistency", "shiftcheck", "consistency", "Consistency", True, "mean over complete shift groups",
+           "the same option content chosen under every shift (CMMU)", M.shiftcheck, "group",
+           "no question has two or more chains"),
+    Metric("bias_rate", "shiftcheck", "bias_rate", "BiasRate", False,
+           "variance over positions of failed 4-option questions",
+           "CMMU's BiasRate: variance of the pick percentages (0-100 scale) per position", M.shiftcheck, "group",
+           "no 4-option question was failed", scale=1),
+]
+register(TASK, METRICS)
