@@ -1,6 +1,6 @@
 """From gold labels and judges' predictions to the numbers of `metrics.json`: plain data, no rendering.
 
-`compute_metrics` computes, for every judge, the section of each task asked (`TASK_SECTIONS`, applying the
+`compute_metrics` computes, for every judge, the section of each task asked (its `Task.section`, applying the
 functions of `stepcritic.eval.metrics`), checks that it holds every metric `stepcritic.eval.tasks` registers
 for that task, adds bootstrap intervals over questions to the headline metrics (`intervals`), and does the
 same per source, generator, category and step type wherever the data has more than one. `report` renders
@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from stepcritic.eval import best_of_n as bon
-from stepcritic.eval import columns, correction, pairwise, process
+from stepcritic.eval import columns, correction, pairwise
 from stepcritic.eval import metrics as M
 from stepcritic.eval import sweep as sw
 from stepcritic.eval import tasks as T
@@ -35,27 +35,13 @@ from stepcritic.eval.bootstrap import settings as bootstrap_settings
 from stepcritic.eval.config import EvalConfig
 from stepcritic.eval.intervals import add_intervals
 from stepcritic.eval.matchers import MATCHERS
-from stepcritic.eval.rpts import Trees
-from stepcritic.eval.rpts import section as rpts_section
-from stepcritic.eval.scores import choice_records
 
 # what the report breaks every table down by, whenever the data holds more than one value of it
 BREAKDOWNS = ("source", "generator", "category", "step_type", "step_kind")
 STEP_FIELDS = {"step_type": "type", "step_kind": "kind"}  # breakdowns of steps, not of chains: the step's key
 
 
-# ----------------------------------------------------------------------------- judge scores
-
-def _undefined(result: dict) -> dict:
-    return result | {k: None for k in ("precision", "recall", "f1")}
-
-
-# ----------------------------------------------------------------------------- task sections
-
-def _correlations(human, judge) -> dict:
-    somers = M.somers_d(human, judge, pvalue=False)
-    return {"d": somers["d"], "rho": M.spearman(human, judge, pvalue=False)["rho"], "n": somers["n"]}
-
+# ----------------------------------------------------------------------------- judge data
 
 def _explanation_item(chain: dict, pred: dict, i: int) -> dict:
     """Step `i` as an item for `metrics.explanation_f1`: gold and predicted verdict, explanation, references, and the
@@ -85,79 +71,6 @@ def explanation_matches(gold: list[dict], preds: list[dict], matcher) -> list[li
     for (k, i), score in zip(asked, found):
         out[k][i] = score
     return out
-
-
-def _sweep(d: "JudgeData") -> dict:
-    """`sweep.threshold_sweep` over every step, the questions in `d.settings["dev"]` choosing the threshold (by
-    default the split `sweep.dev_groups` draws from these chains' questions)."""
-    dev = d.settings.get("dev")
-    if dev is None:
-        dev = sw.dev_groups(d.view.group_ids())
-    g, a, steps = d.cols, d.answers, d.view.steps
-    in_dev = np.array([name in dev for name in g.group_names], dtype=bool)[g.group[d.view.step_chain]]
-    return sw.threshold_sweep(g.correct[steps], a.score[steps], a.verdict[steps], in_dev)
-
-
-def critique_section(d: "JudgeData") -> dict:
-    """The critique section of one judge on the chains and steps of `d.view`."""
-    g, a, v = d.cols, d.answers, d.view
-    steps, chains = v.steps, v.chains
-    gold_steps, pred_steps, judge_steps = g.correct[steps], a.verdict[steps], a.score[steps]
-    unread = bool(a.unread[chains].any())  # `scores.gives`: an unreadable output meant to give verdicts
-    gives_verdicts = unread or bool((~np.isnan(pred_steps)).any())
-    step = M.step_f1(gold_steps, pred_steps)
-    if not gives_verdicts:
-        step = _undefined(step)
-    answer = M.answer_f1(g.answer[chains], a.answer[chains])
-    if not (unread or (~np.isnan(a.answer[chains])).any()):
-        answer = _undefined(answer)
-    explanation = M.explanation_match_f1(gold_steps, pred_steps, a.match[steps]) | {"matcher": d.matcher.name}
-    if not a.explained[chains].any():  # the judge kind writes no explanations
-        explanation = _undefined(explanation)
-    n_outputs, n_invalid = int(a.n_outputs[chains].sum()), int(a.n_invalid[chains].sum())
-
-    macro = M.step_macro_f1(gold_steps, pred_steps) if gives_verdicts else {
-        "f1_incorrect": None, "f1_correct": None, "macro_f1": None, "n": 0}
-    step = {**step, **{k: macro[k] for k in ("f1_incorrect", "f1_correct", "macro_f1")},
-            "auroc": M.step_auroc(gold_steps, judge_steps), "sweep": _sweep(d)}
-    human = g.human[steps]
-    correlation = {
-        "step": _correlations(human, judge_steps),
-        # MiCEval App. D.3 reports step-level correlation per step type; a "both" step counts in each
-        "step_description": _correlations(np.where(g.describes[steps], human, np.nan), judge_steps),
-        "step_reasoning": _correlations(np.where(g.reasons[steps], human, np.nan), judge_steps),
-        "chain": _correlations(g.chain_human[chains], a.chain_score[chains]),
-        "chain_rpts": {"d": None, "rho": None, "n": 0},
-    }
-    annotated = chains[g.annotated[chains]] if not v.sliced else chains[:0]
-    if len(annotated):  # RPTS needs the premise tree; chains without premise annotations are left out
-        on = np.isin(g.step_chain[steps], annotated)
-        chain = np.searchsorted(annotated, g.step_chain[steps][on])
-        heights = g.heights()[steps][on]
-        focus = g.heights()[g.starts[annotated + 1] - 1][chain]  # the final step's height, `metrics.rpts_chain`
-        correlation["chain_rpts"] = _correlations(
-            *(M.rpts_chains(heights, x[on], chain, focus, M.DEFAULT_RPTS_LAMBDA, len(annotated))
-              for x in (human, judge_steps)))
-
-    probability = a.has_probability[v.step_chain] & ~np.isnan(gold_steps) & ~np.isnan(a.p_incorrect[steps])
-    return {
-        "n_chains": len(chains), "n_outputs": n_outputs, "n_invalid": n_invalid,
-        "invalid_rate": M.output_invalid_rate([(n_outputs, n_invalid)]),
-        "step": step, "confusion": {"tp": step["tp"], "fp": step["fp"], "fn": step["fn"],
-                                    "tn": step["n"] - step["tp"] - step["fp"] - step["fn"]},
-        "answer": answer, "explanation": explanation,
-        "viscore": M.viscore(answer["f1"], step["f1"], explanation["f1"]),
-        "correlation": correlation,
-        "error_propagation": M.error_propagation_steps(gold_steps, pred_steps, v.first_steps(), len(chains)),
-        "calibration": M.calibration(gold_steps[probability] == 0, a.p_incorrect[steps][probability]),
-    }
-
-
-def choice_metrics(gold: list[dict], preds: list[dict]) -> dict:
-    n_own = sum(p.get("chain_score") is not None for p in preds)
-    source = ("chain_score" if n_own == len(preds) else
-              "fraction of steps judged correct" if n_own == 0 else "chain_score, else fraction judged correct")
-    return M.choice_ranking_accuracy(choice_records(gold, preds)) | {"score": source}
 
 
 class JudgeData:
@@ -244,62 +157,10 @@ class JudgeData:
         return gold, preds, matches, verifier_task.slice_steps(self.verifier, kept)
 
 
-# the section of each registered task, from one judge's data; a new task adds its function here
-def _best_of_n(d: JudgeData) -> dict:
-    return bon.section(d.gold, d.preds, **d.settings.get("best_of_n", {}), memo=d.answers.memo)
-
-
-def _rpts(d: JudgeData) -> dict:
-    trees = d.cols.memo("rpts trees", lambda: Trees(d.cols.chains))
-    return rpts_section(d.gold, d.preds, d.rpts, trees.take(d.view.chains), d.answers.score[d.view.steps])
-
-
-def _correction(d: JudgeData) -> dict:
-    return correction.section(d.gold, d.corrections)
-
-
-def _first_error(d: JudgeData) -> dict:
-    g, a, v = d.cols, d.answers, d.view
-    chain = np.searchsorted(v.chains, v.step_chain)  # each step's chain as a position in the view
-    verdicts = a.verdict[v.steps]
-    gives = bool(a.unread[v.chains].any() or (~np.isnan(verdicts)).any())
-    return process.section_from_arrays(g.correct[v.steps], verdicts, a.unread[v.chains], chain, len(v.chains),
-                                       g.step_pos[v.steps], gives)
-
-
-def _prmscore(d: JudgeData) -> dict:
-    a, v = d.answers, d.view
-    verdicts = a.verdict[v.steps]
-    out = process.prm_score(d.cols.correct[v.steps], verdicts)
-    if not (a.unread[v.chains].any() or (~np.isnan(verdicts)).any()):  # a judge without step verdicts
-        out.update(prmscore=None, f1_negative=None, f1_positive=None)
-    return out
-
-
-def shiftcheck_picks(picks: list[dict]) -> list[dict]:
-    """The ShiftCheck answers among a judge's picks (the pairwise task's questions are picks too)."""
-    return [q for q in picks if q.get("task") is None]
-
-
-def _pairwise(d: JudgeData) -> dict:
-    return pairwise.section(d.gold, d.preds, d.picks, d.settings.get("pairwise", {}).get("score",
-                                                                                         pairwise.DEFAULT_SELECTOR))
-
-
-TASK_SECTIONS = {
-    "critique": critique_section,
-    "choice": lambda d: choice_metrics(d.gold, d.preds),
-    "shiftcheck": lambda d: M.shiftcheck(shiftcheck_picks(d.picks)),
-    "verifier": lambda d: verifier_task.section(d.gold, d.verifier),
-    "rpts": _rpts,
-    "best-of-n": _best_of_n,
-    "correction": _correction,
-    "first-error": _first_error,
-    "prmscore": _prmscore,
-    "pairwise": _pairwise,
-}
+# the section of each registered task, from one judge's data (`tasks.Task.section`)
+TASK_SECTIONS = {name: task.section for name, task in T.TASKS.items()}
 # the tasks whose sections can be computed on a slice of each chain's steps (the step-type breakdown)
-STEP_SLICEABLE = ("critique", "verifier", "prmscore")
+STEP_SLICEABLE = tuple(name for name, task in T.TASKS.items() if task.steps)
 
 
 # ----------------------------------------------------------------------------- sections, intervals, breakdowns
@@ -313,8 +174,8 @@ def section(data: JudgeData, tasks, levels=None) -> dict:
     """
     out = {}
     for task in tasks:
-        if task not in TASK_SECTIONS:
-            raise KeyError(f"task {task!r} is registered in eval/tasks/ but has no section in TASK_SECTIONS")
+        if TASK_SECTIONS.get(task) is None:
+            raise KeyError(f"task {task!r} is registered in eval/tasks/ without a section")
         out[task] = TASK_SECTIONS[task](data)
         missing = [m.key for m in T.metrics_for([task]) if not T.has(out, m)]
         if missing:

@@ -89,10 +89,11 @@ def critique_section(gold, preds, matcher, matches=None, dev=None) -> dict:
     """The critique section `stepcritic eval` computes for one judge, from its gold and prediction records (the
     explanation matches made by `matcher` unless given; `dev`: the questions that choose the sweep's threshold)."""
     from stepcritic.eval import results
+    from stepcritic.eval.tasks.critique import section as critique
 
     if matches is None:
         matches = results.explanation_matches(gold, preds, matcher)
-    return results.critique_section(results.JudgeData(gold, preds, [], matcher, matches, settings={"dev": dev}))
+    return critique(results.JudgeData(gold, preds, [], matcher, matches, settings={"dev": dev}))
 
 
 def label_stats(chains) -> dict:

@@ -15,11 +15,11 @@ from helpers import CannedVerifier, critique_section, reasoning_chain
 
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import metrics as M
-from stepcritic.eval import results
 from stepcritic.eval.matchers import LexicalMatcher
 from stepcritic.eval.report import leaderboard, render
 from stepcritic.eval.runner import build_judge, evaluate, shiftcheck_questions
 from stepcritic.eval.tasks import METRICS
+from stepcritic.eval.tasks.choice import choice_metrics
 
 # ----------------------------------------------------------------------------- undefined is None, never 0
 # Before: explanation F1 and VISCore were 0.0 on data without reference critiques, even for an oracle; a
@@ -81,7 +81,7 @@ def test_a_judge_with_no_scores_at_all_gets_no_chain_correlation_or_choice_ranki
     nothing = [dict(p, chain_score=None) for p in reward_preds(gold)]
     got = critique_section(gold, nothing, LexicalMatcher(0.5))
     assert got["correlation"]["chain"]["d"] is None  # before: every chain scored 0.0, D = 0.0
-    assert results.choice_metrics(gold, nothing)["accuracy"] is None
+    assert choice_metrics(gold, nothing)["accuracy"] is None
 
 
 def test_undefined_cells_render_as_a_dash_and_are_never_bold():

@@ -20,6 +20,9 @@ class Task:
     #                   (critiques, then a corrector's answers after them, `eval/correction.py`)
     description: str
     default: bool = True  # run when `--tasks` is not given; off for tasks that multiply a judge's requests
+    # the task's section of one judge's metrics, from what `results.JudgeData` holds of that judge
+    section: Callable | None = None
+    steps: bool = False  # its section can be computed on a slice of each chain's steps (the step-type breakdown)
 
 
 @dataclass(frozen=True)

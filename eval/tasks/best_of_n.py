@@ -22,8 +22,6 @@ BON_REFERENCES = {  # reference: (column, what it is)
                BON.oracle_accuracy),
 }
 _BON_OVER = "mean over questions with two or more chains of known answer label, each with all its chains"
-TASK = Task("best-of-n", "critiques", "the chain each judge scores highest among N candidates of a question, against "
-            "random pick, majority vote and the oracle, for N = 1, 2, 4, ... (PRM best-of-N selection)")
 METRICS = [
     Metric(f"bon_{selector}", "best-of-n", f"full.{selector}", display, True, _BON_OVER,
            f"accuracy of the answer of the chain picked by {what}; a tie for the top shares its expected accuracy",
@@ -38,4 +36,14 @@ METRICS = [
            table="best_of_n")
     for ref, (display, what, fn) in BON_REFERENCES.items()
 ]
-register(TASK, METRICS)
+
+
+def section(d) -> dict:
+    return BON.section(d.gold, d.preds, **d.settings.get("best_of_n", {}), memo=d.answers.memo)
+
+
+TASK = register(Task(
+    "best-of-n", "critiques", "the chain each judge scores highest among N candidates of a question, against random "
+    "pick, majority vote and the oracle, for N = 1, 2, 4, ... (PRM best-of-N selection)",
+    section=section,
+), METRICS)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from stepcritic.eval import metrics as M
+from stepcritic.eval.scores import choice_records
 from stepcritic.eval.tasks.base import Metric, Task, register
 
-TASK = Task("choice", "critiques", "the chains of one question ranked by the judge's chain scores (MiCEval App. D.1)")
 METRICS = [
     Metric("choice_ranking_accuracy", "choice", "accuracy", "Choice rank.", True,
            "mean over questions with a correct and an incorrect chain",
@@ -13,4 +13,20 @@ METRICS = [
            "chains (MiCEval App. D.1)", M.choice_ranking_accuracy, "group",
            "no question has both a correct and an incorrect chain, or the judge scores no chain", headline=True),
 ]
-register(TASK, METRICS)
+
+
+def choice_metrics(gold: list[dict], preds: list[dict]) -> dict:
+    n_own = sum(p.get("chain_score") is not None for p in preds)
+    source = ("chain_score" if n_own == len(preds) else
+              "fraction of steps judged correct" if n_own == 0 else "chain_score, else fraction judged correct")
+    return M.choice_ranking_accuracy(choice_records(gold, preds)) | {"score": source}
+
+
+def section(d) -> dict:
+    return choice_metrics(d.gold, d.preds)
+
+
+TASK = register(Task(
+    "choice", "critiques", "the chains of one question ranked by the judge's chain scores (MiCEval App. D.1)",
+    section=section,
+), METRICS)

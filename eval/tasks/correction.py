@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+from stepcritic.eval import correction as C
 from stepcritic.eval import metrics as M
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_CORRECTOR = "the judge has no corrector (give --corrector, or use a generative judge)"
 _CORRECTION_CRITIQUES = {"gold": ("gold critique", "the data's critique (VISCO's human critique)"),
                          "own": ("own critique", "the judge's own critique")}
-# opt-in: two corrector requests per chain and judge, and a corrector to name
-TASK = Task("correction", "corrections", "a corrector revises each chain's answer given the gold critique and "
-            "given the judge's own: PCR, NCR and correction gain (VISCO Sec. 3.1.2)", default=False)
 METRICS = [
     m for setting, (short, what) in _CORRECTION_CRITIQUES.items() for m in (
         Metric(f"correction_{setting}_pcr", "correction", f"{setting}.pcr", f"PCR ({short})", True,
@@ -30,4 +28,15 @@ METRICS = [
                "PCR or NCR is undefined", table="correction", headline=setting == "own"),
     )
 ]
-register(TASK, METRICS)
+
+
+def section(d) -> dict:
+    return C.section(d.gold, d.corrections)
+
+
+TASK = register(Task(
+    "correction", "corrections", "a corrector revises each chain's answer given the gold critique and given the "
+    "judge's own: PCR, NCR and correction gain (VISCO Sec. 3.1.2)",
+    # opt-in: two corrector requests per chain and judge, and a corrector to name
+    default=False, section=section,
+), METRICS)

@@ -9,7 +9,6 @@ from stepcritic.eval.tasks.base import Metric, Task, register
 NO_VERDICTS = "the judge gives no step verdicts, or no scored step is incorrect"
 NO_SCORES = "the judge gives no step scores, or the steps are all of one class"
 NO_SWEEP = "the judge gives no step scores, no step of the dev questions is incorrect, or no test step is incorrect"
-TASK = Task("critique", "critiques", "every step of every chain judged (VISCO's critique, MiCEval's correlations)")
 METRICS = [
     # ------------------------------------------------------------------ critique: leaderboard
     Metric("step_precision", "critique", "step.precision", "Step P", True, "pooled over all steps",
@@ -100,4 +99,88 @@ METRICS = [
            "step", "the judge gives no step probabilities, or the steps are all of one class",
            table="diagnostics", scale=1),
 ]
-register(TASK, METRICS)
+
+
+def _undefined(result: dict) -> dict:
+    return result | {k: None for k in ("precision", "recall", "f1")}
+
+
+def _correlations(human, judge) -> dict:
+    somers = M.somers_d(human, judge, pvalue=False)
+    return {"d": somers["d"], "rho": M.spearman(human, judge, pvalue=False)["rho"], "n": somers["n"]}
+
+
+def _sweep(d) -> dict:
+    """`sweep.threshold_sweep` over every step, the questions in `d.settings["dev"]` choosing the threshold (by
+    default the split `sweep.dev_groups` draws from these chains' questions)."""
+    import numpy as np  # loaded when a judge is scored, not for `stepcritic eval --help`
+
+    dev = d.settings.get("dev")
+    if dev is None:
+        dev = S.dev_groups(d.view.group_ids())
+    g, a, steps = d.cols, d.answers, d.view.steps
+    in_dev = np.array([name in dev for name in g.group_names], dtype=bool)[g.group[d.view.step_chain]]
+    return S.threshold_sweep(g.correct[steps], a.score[steps], a.verdict[steps], in_dev)
+
+
+def section(d) -> dict:
+    """The critique section of one judge on the chains and steps of `d.view` (`results.JudgeData`)."""
+    import numpy as np
+
+    g, a, v = d.cols, d.answers, d.view
+    steps, chains = v.steps, v.chains
+    gold_steps, pred_steps, judge_steps = g.correct[steps], a.verdict[steps], a.score[steps]
+    unread = bool(a.unread[chains].any())  # `scores.gives`: an unreadable output meant to give verdicts
+    gives_verdicts = unread or bool((~np.isnan(pred_steps)).any())
+    step = M.step_f1(gold_steps, pred_steps)
+    if not gives_verdicts:
+        step = _undefined(step)
+    answer = M.answer_f1(g.answer[chains], a.answer[chains])
+    if not (unread or (~np.isnan(a.answer[chains])).any()):
+        answer = _undefined(answer)
+    explanation = M.explanation_match_f1(gold_steps, pred_steps, a.match[steps]) | {"matcher": d.matcher.name}
+    if not a.explained[chains].any():  # the judge kind writes no explanations
+        explanation = _undefined(explanation)
+    n_outputs, n_invalid = int(a.n_outputs[chains].sum()), int(a.n_invalid[chains].sum())
+
+    macro = M.step_macro_f1(gold_steps, pred_steps) if gives_verdicts else {
+        "f1_incorrect": None, "f1_correct": None, "macro_f1": None, "n": 0}
+    step = {**step, **{k: macro[k] for k in ("f1_incorrect", "f1_correct", "macro_f1")},
+            "auroc": M.step_auroc(gold_steps, judge_steps), "sweep": _sweep(d)}
+    human = g.human[steps]
+    correlation = {
+        "step": _correlations(human, judge_steps),
+        # MiCEval App. D.3 reports step-level correlation per step type; a "both" step counts in each
+        "step_description": _correlations(np.where(g.describes[steps], human, np.nan), judge_steps),
+        "step_reasoning": _correlations(np.where(g.reasons[steps], human, np.nan), judge_steps),
+        "chain": _correlations(g.chain_human[chains], a.chain_score[chains]),
+        "chain_rpts": {"d": None, "rho": None, "n": 0},
+    }
+    annotated = chains[g.annotated[chains]] if not v.sliced else chains[:0]
+    if len(annotated):  # RPTS needs the premise tree; chains without premise annotations are left out
+        on = np.isin(g.step_chain[steps], annotated)
+        chain = np.searchsorted(annotated, g.step_chain[steps][on])
+        heights = g.heights()[steps][on]
+        focus = g.heights()[g.starts[annotated + 1] - 1][chain]  # the final step's height, `metrics.rpts_chain`
+        correlation["chain_rpts"] = _correlations(
+            *(M.rpts_chains(heights, x[on], chain, focus, M.DEFAULT_RPTS_LAMBDA, len(annotated))
+              for x in (human, judge_steps)))
+
+    probability = a.has_probability[v.step_chain] & ~np.isnan(gold_steps) & ~np.isnan(a.p_incorrect[steps])
+    return {
+        "n_chains": len(chains), "n_outputs": n_outputs, "n_invalid": n_invalid,
+        "invalid_rate": M.output_invalid_rate([(n_outputs, n_invalid)]),
+        "step": step, "confusion": {"tp": step["tp"], "fp": step["fp"], "fn": step["fn"],
+                                    "tn": step["n"] - step["tp"] - step["fp"] - step["fn"]},
+        "answer": answer, "explanation": explanation,
+        "viscore": M.viscore(answer["f1"], step["f1"], explanation["f1"]),
+        "correlation": correlation,
+        "error_propagation": M.error_propagation_steps(gold_steps, pred_steps, v.first_steps(), len(chains)),
+        "calibration": M.calibration(gold_steps[probability] == 0, a.p_incorrect[steps][probability]),
+    }
+
+
+TASK = register(Task(
+    "critique", "critiques", "every step of every chain judged (VISCO's critique, MiCEval's correlations)",
+    section=section, steps=True,
+), METRICS)

@@ -6,10 +6,6 @@ from stepcritic.eval import process as P
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_FIRST_ERROR = "the judge gives no step verdicts, or no chain of that kind has a first-error label"
-# opt-in: the process benchmarks' scores, read off the same critiques as the critique task
-TASK = Task("first-error", "critiques", "each judge's first flagged step against the chain's labelled first error (-1: "
-            "none): accuracy on erroneous and on correct chains and their harmonic mean (ProcessBench Sec. 4.1)",
-            default=False)
 METRICS = [
     Metric("first_error_accuracy_error", "first-error", "error_accuracy", "FE acc. (error)", True,
            "mean over chains whose first error is labelled",
@@ -23,4 +19,22 @@ METRICS = [
            "ProcessBench's F1 (Sec. 4.1, Table 3): 2ab / (a + b) of the accuracy on erroneous (a) and on correct (b) "
            "chains", P.first_error_accuracy, "chain", "either accuracy is undefined", headline=True),
 ]
-register(TASK, METRICS)
+
+
+def section(d) -> dict:
+    import numpy as np  # loaded when a judge is scored, not for `stepcritic eval --help`
+
+    g, a, v = d.cols, d.answers, d.view
+    chain = np.searchsorted(v.chains, v.step_chain)  # each step's chain as a position in the view
+    verdicts = a.verdict[v.steps]
+    gives = bool(a.unread[v.chains].any() or (~np.isnan(verdicts)).any())
+    return P.section_from_arrays(g.correct[v.steps], verdicts, a.unread[v.chains], chain, len(v.chains),
+                                 g.step_pos[v.steps], gives)
+
+
+TASK = register(Task(
+    "first-error", "critiques", "each judge's first flagged step against the chain's labelled first error (-1: "
+    "none): accuracy on erroneous and on correct chains and their harmonic mean (ProcessBench Sec. 4.1)",
+    # opt-in: the process benchmarks' scores, read off the same critiques as the critique task
+    default=False, section=section,
+), METRICS)

@@ -9,10 +9,6 @@ NO_PAIRS = "no group has two responses of different preference rank, or the judg
 _ITEMS = "mean over items (groups of ranked responses), an item the mean over its pairs"
 NOT_ASKED = ("the judge scores responses (its choice does not depend on the order), or no pair has both orders "
              "answered")
-# opt-in: a generative judge is asked each pair in both orders, two requests more per pair
-TASK = Task("pairwise", "pairwise", "reward-model benchmarks' preference items: each judge prefers one of two "
-            "responses (higher score, or asked in both orders); accuracy, per category, macro, ACC+ (VL-RewardBench, "
-            "Multimodal RewardBench, MM-RLHF-RewardBench)", default=False)
 METRICS = [
     Metric("pairwise_accuracy", "pairwise", "accuracy", "Pair acc.", True, _ITEMS,
            "share of items whose preferred response the judge prefers (VL-RewardBench's overall accuracy, Multimodal "
@@ -37,4 +33,16 @@ METRICS = [
            "share of pairs whose chosen response changes when the order is swapped (JudgeBench's and CMMU's position "
            "consistency); an unreadable reply is a flip", PW.order_stats, "group", NOT_ASKED, table="diagnostics"),
 ]
-register(TASK, METRICS)
+
+
+def section(d) -> dict:
+    return PW.section(d.gold, d.preds, d.picks, d.settings.get("pairwise", {}).get("score", PW.DEFAULT_SELECTOR))
+
+
+TASK = register(Task(
+    "pairwise", "pairwise", "reward-model benchmarks' preference items: each judge prefers one of two responses "
+    "(higher score, or asked in both orders); accuracy, per category, macro, ACC+ (VL-RewardBench, Multimodal "
+    "RewardBench, MM-RLHF-RewardBench)",
+    # opt-in: a generative judge is asked each pair in both orders, two requests more per pair
+    default=False, section=section,
+), METRICS)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from stepcritic.eval import metrics as M
+from stepcritic.eval import rpts as R
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_RPTS = "no chain has a tree (premises in the data, or a --tree-builder) and a step score from the judge"
 NO_RPTS_HUMAN = "no chain has a tree, human step scores and a score from the judge"
-TASK = Task("rpts", "critiques", "each chain's reasoning tree scored with the judge's step scores, the RPTS filter and "
-            "accuracy before and after it (RPTS)")
 METRICS = [
     Metric("rpts_mean", "rpts", "mean", "RPTS", None, "mean over chains with a tree and a scored step",
            "tree-weighted mean of the step scores, w = lambda^|h_f - h| (RPTS Sec. 3), the judge scoring the steps",
@@ -43,4 +42,15 @@ METRICS = [
            "Somers' D(judge RPTS | gold RPTS), MiCEval's statistic on RPTS's chain scores", M.somers_d, "chain",
            NO_RPTS_HUMAN + ", or the gold RPTS is constant", table="rpts"),
 ]
-register(TASK, METRICS)
+
+
+def section(d) -> dict:
+    trees = d.cols.memo("rpts trees", lambda: R.Trees(d.cols.chains))
+    return R.section(d.gold, d.preds, d.rpts, trees.take(d.view.chains), d.answers.score[d.view.steps])
+
+
+TASK = register(Task(
+    "rpts", "critiques", "each chain's reasoning tree scored with the judge's step scores, the RPTS filter and "
+    "accuracy before and after it (RPTS)",
+    section=section,
+), METRICS)

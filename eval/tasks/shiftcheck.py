@@ -5,7 +5,6 @@ from __future__ import annotations
 from stepcritic.eval import metrics as M
 from stepcritic.eval.tasks.base import Metric, Task, register
 
-TASK = Task("shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)")
 METRICS = [
     Metric("circular_accuracy", "shiftcheck", "circular_accuracy", "ShiftCheck acc", True,
            "mean over complete shift groups with a correct option",
@@ -19,4 +18,18 @@ METRICS = [
            "CMMU's BiasRate: variance of the pick percentages (0-100 scale) per position", M.shiftcheck, "group",
            "no 4-option question was failed", scale=1),
 ]
-register(TASK, METRICS)
+
+
+def shiftcheck_picks(picks: list[dict]) -> list[dict]:
+    """The ShiftCheck answers among a judge's picks (the pairwise task's questions are picks too)."""
+    return [q for q in picks if q.get("task") is None]
+
+
+def section(d) -> dict:
+    return M.shiftcheck(shiftcheck_picks(d.picks))
+
+
+TASK = register(Task(
+    "shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)",
+    section=section,
+), METRICS)

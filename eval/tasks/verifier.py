@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS
 from stepcritic.eval import metrics as M
+from stepcritic.eval import verifier as V
 from stepcritic.eval.tasks.base import Metric, Task, register
 from stepcritic.eval.verifier import TABLE_2_ORDER
 
-# opt-in: nine more prompts per step for every generative judge (about ten times the requests of an API run)
-TASK = Task("verifier", "verifier", "MiCEval's nine single-label verifier questions, each where the human labels apply",
-            default=False)
 VERIFIER_COLUMNS = {  # task: (column, MiCEval's question)
     "step_type": ("Step type", "is the step a description, reasoning, or both? (Sec. 2.3)"),
     "description_relevance": ("Desc. relevance", "is a description step relevant to the image, the question, "
@@ -52,4 +50,14 @@ METRICS = [
            "the judge cannot answer verifier prompts, no chain has every aspect answered, or the human labels "
            "are constant", table="verifier"),
 ]
-register(TASK, METRICS)
+
+
+def section(d) -> dict:
+    return V.section(d.gold, d.verifier)
+
+
+TASK = register(Task(
+    "verifier", "verifier", "MiCEval's nine single-label verifier questions, each where the human labels apply",
+    # opt-in: nine more prompts per step for every generative judge (about ten times the requests of an API run)
+    default=False, section=section, steps=True,
+), METRICS)
