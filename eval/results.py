@@ -120,6 +120,14 @@ class JudgeData:
             self._answers = columns.Answers(self.cols, self.preds, self.matches)
         return self._answers
 
+    def step_groups(self, boot) -> np.ndarray:
+        """Per step in view, its question's position in the bootstrap draws `boot`."""
+        return boot.codes(self.cols.group_names)[self.cols.group[self.view.step_chain]]
+
+    def chain_groups(self, boot) -> np.ndarray:
+        """Per chain in view, its question's position in the bootstrap draws `boot`."""
+        return boot.codes(self.cols.group_names)[self.cols.group[self.view.chains]]
+
     def _with(self, dicts, view: columns.View, picks, corrections) -> "JudgeData":
         out = JudgeData([], [], picks, self.matcher, [], None, self.rpts, corrections, self.settings, view,
                         self.answers if self.preds else None, self.cols)

@@ -7,7 +7,7 @@ here: `stepcritic eval --help` reads the task names from the registry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 
@@ -23,6 +23,9 @@ class Task:
     # the task's section of one judge's metrics, from what `results.JudgeData` holds of that judge
     section: Callable | None = None
     steps: bool = False  # its section can be computed on a slice of each chain's steps (the step-type breakdown)
+    # by headline metric name, the bootstrap statistic (`intervals`): (`results.JudgeData`, the draws) -> one value per
+    # resample, from the metric's own function on the items the section read, the draws as question weights
+    statistics: dict = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,15 @@ def section(d) -> dict:
     return BON.section(d.gold, d.preds, **d.settings.get("best_of_n", {}), memo=d.answers.memo)
 
 
+def chain_accuracy(data, boot):
+    """The bootstrap statistic of the chain score's best-of-n accuracy (`intervals`)."""
+    memo = data.answers.memo  # the section just computed the same values
+    questions, keys = BON.keyed_candidates(data.gold, data.preds, memo)
+    return BON.full_accuracy(BON.full_values(questions, memo, keys), "chain", boot)
+
+
 TASK = register(Task(
     "best-of-n", "critiques", "the chain each judge scores highest among N candidates of a question, against random "
     "pick, majority vote and the oracle, for N = 1, 2, 4, ... (PRM best-of-N selection)",
-    section=section,
+    section=section, statistics={"bon_chain": chain_accuracy},
 ), METRICS)

@@ -26,7 +26,12 @@ def section(d) -> dict:
     return choice_metrics(d.gold, d.preds)
 
 
+def accuracy(data, boot):
+    """The bootstrap statistic of the choice ranking accuracy (`intervals`)."""
+    return M.choice_ranking_accuracy(choice_records(data.gold, data.preds), boot)["accuracy"]
+
+
 TASK = register(Task(
     "choice", "critiques", "the chains of one question ranked by the judge's chain scores (MiCEval App. D.1)",
-    section=section,
+    section=section, statistics={"choice_ranking_accuracy": accuracy},
 ), METRICS)

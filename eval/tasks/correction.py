@@ -34,9 +34,14 @@ def section(d) -> dict:
     return C.section(d.gold, d.corrections)
 
 
+def own_gain(data, boot):
+    """The bootstrap statistic of VISCO's PCR - NCR after the judge's own critiques (`intervals`)."""
+    return C.own_gain(data.gold, data.corrections, boot)
+
+
 TASK = register(Task(
     "correction", "corrections", "a corrector revises each chain's answer given the gold critique and given the "
     "judge's own: PCR, NCR and correction gain (VISCO Sec. 3.1.2)",
     # opt-in: two corrector requests per chain and judge, and a corrector to name
-    default=False, section=section,
+    default=False, section=section, statistics={"correction_own_gain": own_gain},
 ), METRICS)

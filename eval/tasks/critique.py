@@ -180,7 +180,43 @@ def section(d) -> dict:
     }
 
 
+# the bootstrap statistics of its headline metrics (`intervals`)
+def step_f1(data, boot):
+    steps = data.view.steps
+    return M.step_f1(data.cols.correct[steps], data.answers.verdict[steps], data.step_groups(boot), boot)["f1"]
+
+
+def step_auroc(data, boot):
+    steps = data.view.steps
+    return M.step_auroc(data.cols.correct[steps], data.answers.score[steps], data.step_groups(boot), boot)
+
+
+def answer_f1(data, boot):
+    chains = data.view.chains
+    return M.answer_f1(data.cols.answer[chains], data.answers.answer[chains], data.chain_groups(boot), boot)["f1"]
+
+
+def explanation_f1(data, boot):
+    steps = data.view.steps
+    return M.explanation_match_f1(data.cols.correct[steps], data.answers.verdict[steps], data.answers.match[steps],
+                                  data.step_groups(boot), boot)["f1"]
+
+
+def viscore(data, boot):
+    return M.viscore(answer_f1(data, boot), step_f1(data, boot), explanation_f1(data, boot))
+
+
+def invalid_rate(data, boot):
+    import numpy as np
+
+    chains, a = data.view.chains, data.answers
+    return M.output_invalid_rate(np.column_stack([a.n_outputs[chains], a.n_invalid[chains]]),
+                                 data.chain_groups(boot), boot)
+
+
 TASK = register(Task(
     "critique", "critiques", "every step of every chain judged (VISCO's critique, MiCEval's correlations)",
     section=section, steps=True,
+    statistics={"step_f1": step_f1, "step_auroc": step_auroc, "answer_f1": answer_f1, "viscore": viscore,
+                "invalid_rate": invalid_rate},
 ), METRICS)

@@ -32,9 +32,19 @@ def section(d) -> dict:
                                  g.step_pos[v.steps], gives)
 
 
+def f1(data, boot):
+    """The bootstrap statistic of ProcessBench's F1 (`intervals`)."""
+    import numpy as np
+
+    g, v, a = data.cols, data.view, data.answers
+    return P.section_from_arrays(g.correct[v.steps], a.verdict[v.steps], a.unread[v.chains],
+                                 np.searchsorted(v.chains, v.step_chain), len(v.chains), g.step_pos[v.steps],
+                                 True, data.chain_groups(boot), boot)["f1"]
+
+
 TASK = register(Task(
     "first-error", "critiques", "each judge's first flagged step against the chain's labelled first error (-1: "
     "none): accuracy on erroneous and on correct chains and their harmonic mean (ProcessBench Sec. 4.1)",
     # opt-in: the process benchmarks' scores, read off the same critiques as the critique task
-    default=False, section=section,
+    default=False, section=section, statistics={"first_error_f1": f1},
 ), METRICS)

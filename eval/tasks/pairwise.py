@@ -35,8 +35,17 @@ METRICS = [
 ]
 
 
+def _selector(d) -> str:
+    return d.settings.get("pairwise", {}).get("score", PW.DEFAULT_SELECTOR)
+
+
 def section(d) -> dict:
-    return PW.section(d.gold, d.preds, d.picks, d.settings.get("pairwise", {}).get("score", PW.DEFAULT_SELECTOR))
+    return PW.section(d.gold, d.preds, d.picks, _selector(d))
+
+
+def accuracy(data, boot):
+    """The bootstrap statistic of the pairwise accuracy (`intervals`)."""
+    return PW.item_accuracy(PW.judged_items(data.gold, data.preds, data.picks, _selector(data))[0], boot)
 
 
 TASK = register(Task(
@@ -44,5 +53,5 @@ TASK = register(Task(
     "(higher score, or asked in both orders); accuracy, per category, macro, ACC+ (VL-RewardBench, Multimodal "
     "RewardBench, MM-RLHF-RewardBench)",
     # opt-in: a generative judge is asked each pair in both orders, two requests more per pair
-    default=False, section=section,
+    default=False, section=section, statistics={"pairwise_accuracy": accuracy},
 ), METRICS)

@@ -24,8 +24,15 @@ def section(d) -> dict:
     return out
 
 
+def prmscore(data, boot):
+    """The bootstrap statistic of PRMScore (`intervals`)."""
+    steps = data.view.steps
+    return P.prm_score(data.cols.correct[steps], data.answers.verdict[steps], data.step_groups(boot),
+                       boot)["prmscore"]
+
+
 TASK = register(Task(
     "prmscore", "critiques", "PRMBench's PRMScore: the F1 of finding erroneous steps and of finding correct ones, "
     "weighted equally (PRMBench Sec. 4.1)",
-    default=False, section=section, steps=True,
+    default=False, section=section, steps=True, statistics={"prmscore": prmscore},
 ), METRICS)

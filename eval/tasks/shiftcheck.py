@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stepcritic.eval import metrics as M
+from stepcritic.eval import shiftcheck as SC
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 METRICS = [
@@ -29,7 +30,12 @@ def section(d) -> dict:
     return M.shiftcheck(shiftcheck_picks(d.picks))
 
 
+def circular_accuracy(data, boot):
+    """The bootstrap statistic of the circular accuracy (`intervals`)."""
+    return SC.circular_accuracy(SC.group_outcomes(shiftcheck_picks(data.picks))[0], boot)
+
+
 TASK = register(Task(
     "shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)",
-    section=section,
+    section=section, statistics={"circular_accuracy": circular_accuracy},
 ), METRICS)

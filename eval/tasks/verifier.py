@@ -56,8 +56,19 @@ def section(d) -> dict:
     return V.section(d.gold, d.verifier)
 
 
+def average(data, boot):
+    """The bootstrap statistic of MiCEval's Avg. (`intervals`): the nine accuracies, each resampled, averaged."""
+    per_task = []
+    for task in V.TABLE_2_ORDER:
+        scored = V.items(task, data.gold, data.verifier.get(task))
+        per_task.append(M.verifier_accuracy([h for _, h, _ in scored], [p for _, _, p in scored],
+                                            list(V.VERIFIER_TASKS[task]), [g for g, _, _ in scored],
+                                            boot)["accuracy"])
+    return M.verifier_average(per_task)
+
+
 TASK = register(Task(
     "verifier", "verifier", "MiCEval's nine single-label verifier questions, each where the human labels apply",
     # opt-in: nine more prompts per step for every generative judge (about ten times the requests of an API run)
-    default=False, section=section, steps=True,
+    default=False, section=section, steps=True, statistics={"verifier_avg": average},
 ), METRICS)
