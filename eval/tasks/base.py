@@ -26,6 +26,12 @@ class Task:
     # by headline metric name, the bootstrap statistic (`intervals`): (`results.JudgeData`, the draws) -> one value per
     # resample, from the metric's own function on the items the section read, the draws as question weights
     statistics: dict = field(default_factory=dict, hash=False)
+    # its part of report.md: (metrics.json's content, each judge's overall sections) -> lines, None for none. The
+    # parts are in ascending `place`: under the leaderboard below `report.DIAGNOSTICS`, after the Diagnostics table
+    # above it
+    render: Callable | None = None
+    place: int = 0
+    diagnostics: str = ""  # what its columns of the Diagnostics table mean, said in the paragraph above that table
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class Metric:
     table: str = "leaderboard"   # or "diagnostics", "verifier", "rpts"
     scale: int = 100             # shown x100 (papers' style), or as is
     headline: bool = False       # bootstrap interval, and a place in the terminal summary
+    note: Callable | None = None  # (its task's section) -> words the terminal summary adds after the value, or None
 
     @property
     def ci_key(self) -> str:

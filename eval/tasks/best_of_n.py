@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stepcritic.eval import best_of_n as BON
+from stepcritic.eval import tables
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_QUESTIONS = "no question has two or more chains with a known answer label"
@@ -49,8 +50,42 @@ def chain_accuracy(data, boot):
     return BON.full_accuracy(BON.full_values(questions, memo, keys), "chain", boot)
 
 
+def render(metrics: dict, overall: dict) -> list[str]:
+    """The registry's table (each question with all its chains), then accuracy against N."""
+    tasks = metrics["tasks"]
+    sections = {name: sec["best-of-n"] for name, sec in overall.items() if "best-of-n" in sec}
+    first = next(iter(sections.values()), None)
+    parts = ["## Best-of-N", "",
+             "Each judge picks, among a question's chains (same `group_id`, known answer label, two or more), the one "
+             "it scores highest: by its chain score, or by the minimum, mean or last of its step scores; a tie for "
+             "the top counts its expected accuracy. Accuracy of the picked answer x100, against a random pick (its "
+             "expectation), majority vote over final answers and the oracle (any chain right), which are the same "
+             "for every judge. \"–\": the judge gives no such score.", "",
+             tables.leaderboard(overall, tasks, metrics["matcher"], tables.columns(tasks, "best_of_n")), ""]
+    if not first or not first["ns"]:
+        return parts + ["No question has two or more chains with a known answer label.", ""]
+    ns = first["ns"]
+    subsets = first["subsets"]
+    parts += [f"Against N: every N-subset of a question's chains when there are at most {subsets['max']}, else "
+              f"{subsets['max']} drawn with seed {subsets['seed']} (`--bon-subsets`), averaged; questions with at "
+              "least N chains (`plots/best_of_n.png`).", "",
+              "| Picker | " + " | ".join(f"N={n}" for n in ns) + " |", "|---" * (len(ns) + 1) + "|",
+              "| questions | " + " | ".join(str(first["n_questions_at"][str(n)]) for n in ns) + " |"]
+    names = {"chain": "chain score", "min": "min step", "mean": "mean step", "last": "last step"}
+    for name, sec in sections.items():
+        for selector in BON.SELECTORS:
+            curve = sec["curve"][selector]
+            if any(curve.get(str(n)) is not None for n in ns):
+                parts.append(f"| `{name}` {names[selector]} | "
+                             + " | ".join(tables.number_or_dash(curve.get(str(n))) for n in ns) + " |")
+    for ref in BON.REFERENCES:
+        parts.append(f"| {ref} | "
+                     + " | ".join(tables.number_or_dash(first["curve"][ref].get(str(n))) for n in ns) + " |")
+    return parts + [""]
+
+
 TASK = register(Task(
     "best-of-n", "critiques", "the chain each judge scores highest among N candidates of a question, against random "
     "pick, majority vote and the oracle, for N = 1, 2, 4, ... (PRM best-of-N selection)",
-    section=section, statistics={"bon_chain": chain_accuracy},
+    section=section, statistics={"bon_chain": chain_accuracy}, render=render, place=80,
 ), METRICS)

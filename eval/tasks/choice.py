@@ -31,7 +31,17 @@ def accuracy(data, boot):
     return M.choice_ranking_accuracy(choice_records(data.gold, data.preds), boot)["accuracy"]
 
 
+def render(metrics: dict, overall: dict) -> list[str]:
+    """A note under the leaderboard: which chains were ranked, and by what."""
+    choice = next((sec.get("choice") for sec in overall.values()), None)
+    if not choice:
+        return []
+    return [f"Choice ranking: {choice['n_groups']} groups, {choice['n_chains']} chains with mixed "
+            "correctness (unknown ones left out). Judges without a chain score are ranked by the fraction of "
+            "steps judged correct; a tie for the top scores its share of correct chains.", ""]
+
+
 TASK = register(Task(
     "choice", "critiques", "the chains of one question ranked by the judge's chain scores (MiCEval App. D.1)",
-    section=section, statistics={"choice_ranking_accuracy": accuracy},
+    section=section, statistics={"choice_ranking_accuracy": accuracy}, render=render, place=10,
 ), METRICS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stepcritic.eval import correction as C
 from stepcritic.eval import metrics as M
+from stepcritic.eval import tables
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_CORRECTOR = "the judge has no corrector (give --corrector, or use a generative judge)"
@@ -39,9 +40,37 @@ def own_gain(data, boot):
     return C.own_gain(data.gold, data.corrections, boot)
 
 
+def render(metrics: dict, overall: dict) -> list[str]:
+    """The rates of each judge's corrections, then who corrected each judge and what its requests gave."""
+    tasks = metrics["tasks"]
+    info = metrics.get("correction") or {}
+    notes = []
+    for name in overall:
+        corrector = (info.get("correctors") or {}).get(name)
+        requests = (info.get("requests") or {}).get(name)
+        sec = overall[name]["correction"]
+        if corrector is None:
+            notes.append(f"- `{name}`: no corrector")
+            continue
+        failed = sec["gold"]["n_failed"] + sec["own"]["n_failed"]
+        no_answer = sec["gold"]["n_no_answer"] + sec["own"]["n_no_answer"]
+        notes.append(f"- `{name}`: corrected by `{corrector}` ({requests['asked']} requests asked and "
+                     f"{requests['cached']} answered from the cache by that corrector in this run, for all the judges "
+                     f"it corrects); {sec['n_chains']} chains with a reference answer; {no_answer} replies without a "
+                     f"readable answer (counted wrong), {failed} failed requests (left out, asked again on a rerun)")
+    return ["## Correction", "",
+            "VISCO's correction (Sec. 3.1.2): a corrector is shown each chain with a critique and asked for the "
+            "answer. PCR: share of wrong answers made right; NCR: share of right answers made wrong (lower is "
+            "better); gain = PCR - NCR. With the gold critique (the data's step labels, first reference "
+            "explanation and answer label) and with the judge's own critique. `corrections.jsonl` holds every "
+            "corrected answer; `plots/correction.png` the rates.", "",
+            tables.leaderboard(overall, tasks, metrics["matcher"], tables.columns(tasks, "correction")), "", *notes,
+            ""]
+
+
 TASK = register(Task(
     "correction", "corrections", "a corrector revises each chain's answer given the gold critique and given the "
     "judge's own: PCR, NCR and correction gain (VISCO Sec. 3.1.2)",
     # opt-in: two corrector requests per chain and judge, and a corrector to name
-    default=False, section=section, statistics={"correction_own_gain": own_gain},
+    default=False, section=section, statistics={"correction_own_gain": own_gain}, render=render, place=90,
 ), METRICS)

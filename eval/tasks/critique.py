@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stepcritic.eval import metrics as M
 from stepcritic.eval import sweep as S
+from stepcritic.eval import tables
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_VERDICTS = "the judge gives no step verdicts, or no scored step is incorrect"
@@ -214,9 +215,27 @@ def invalid_rate(data, boot):
                                  data.chain_groups(boot), boot)
 
 
+def render(metrics: dict, overall: dict) -> list[str]:
+    """The threshold sweep: each judge's step scores thresholded where the dev questions say."""
+    tasks = metrics["tasks"]
+    sweep = metrics.get("sweep") or {}
+    return ["## Threshold sweep", "",
+            f"Each judge's step scores flag a step when 1 - score (P(incorrect)) reaches a threshold. The threshold "
+            f"with the best step F1 is chosen on the chains of {sweep.get('n_dev_questions', '?')} questions (a share "
+            f"of {sweep.get('dev_fraction', '?')}, drawn with seed {sweep.get('seed', '?')}; `--sweep-dev`, "
+            "`--sweep-seed`) and scored on the chains of the other questions only, beside the F1 of the judge's own "
+            "verdicts on those same chains. The curves (`plots/threshold_sweep.png`) show F1 against the threshold "
+            "on both parts.", "",
+            tables.leaderboard(overall, tasks, metrics["matcher"], tables.columns(tasks, "sweep")), ""]
+
+
 TASK = register(Task(
     "critique", "critiques", "every step of every chain judged (VISCO's critique, MiCEval's correlations)",
     section=section, steps=True,
     statistics={"step_f1": step_f1, "step_auroc": step_auroc, "answer_f1": answer_f1, "viscore": viscore,
                 "invalid_rate": invalid_rate},
+    render=render, place=70,
+    diagnostics="Flagged % vs gold incorrect %: VISCO's reluctance to say \"incorrect\". Propagation bias: odds "
+                "ratio of flagging after an earlier flag, judge over gold (1 ideal, > 1 = assumes errors propagate). "
+                "Brier: calibration of p_incorrect (lower is better).",
 ), METRICS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stepcritic.eval import metrics as M
 from stepcritic.eval import rpts as R
+from stepcritic.eval import tables
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_RPTS = "no chain has a tree (premises in the data, or a --tree-builder) and a step score from the judge"
@@ -49,8 +50,21 @@ def section(d) -> dict:
     return R.section(d.gold, d.preds, d.rpts, trees.take(d.view.chains), d.answers.score[d.view.steps])
 
 
+def render(metrics: dict, overall: dict) -> list[str]:
+    """RPTS's table (each judge as the step scorer), then each judge's sensitivity to lambda and h_f."""
+    tasks = metrics["tasks"]
+    parts = ["## RPTS", "", *R.notes(metrics.get("rpts") or {}),
+             tables.leaderboard(overall, tasks, metrics["matcher"], tables.columns(tasks, "rpts")), ""]
+    scored = {name: sec["rpts"] for name, sec in overall.items() if sec["rpts"]["mean"] is not None}
+    if scored:
+        parts += ["Sensitivity (RPTS's study of lambda and h_f), x100:", ""]
+    for name, sec in scored.items():
+        parts += R.sensitivity_table(name, sec)
+    return parts
+
+
 TASK = register(Task(
     "rpts", "critiques", "each chain's reasoning tree scored with the judge's step scores, the RPTS filter and "
     "accuracy before and after it (RPTS)",
-    section=section,
+    section=section, render=render, place=60,
 ), METRICS)

@@ -35,7 +35,21 @@ def circular_accuracy(data, boot):
     return SC.circular_accuracy(SC.group_outcomes(shiftcheck_picks(data.picks))[0], boot)
 
 
+def render(metrics: dict, overall: dict) -> list[str]:
+    """A note under the leaderboard: each judge's groups and its BiasRate by option count."""
+    lines = []
+    for name, result in metrics["judges"].items():
+        sc = result["overall"].get("shiftcheck")
+        if not sc:
+            continue
+        by_n = ", ".join(f"{n} options: {rate:.1f}" for n, rate in sc["bias_rate_by_n_options"].items()) or "none"
+        lines.append(f"- `{name}`: {sc['n_groups']} groups ({sc['n_with_gold']} with one correct chain), "
+                     f"BiasRate by option count: {by_n}")
+    return ["ShiftCheck (every circular shift of up to 4 chains per group must pick the one fully "
+            "correct chain):", *lines, ""]
+
+
 TASK = register(Task(
     "shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)",
-    section=section, statistics={"circular_accuracy": circular_accuracy},
+    section=section, statistics={"circular_accuracy": circular_accuracy}, render=render, place=20,
 ), METRICS)

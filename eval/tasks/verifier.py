@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stepcritic.data_prep.prompts import CHAIN_LEVEL_TASKS
 from stepcritic.eval import metrics as M
+from stepcritic.eval import tables
 from stepcritic.eval import verifier as V
 from stepcritic.eval.tasks.base import Metric, Task, register
 from stepcritic.eval.verifier import TABLE_2_ORDER
@@ -67,8 +68,18 @@ def average(data, boot):
     return M.verifier_average(per_task)
 
 
+def render(metrics: dict, overall: dict) -> list[str]:
+    tasks = metrics["tasks"]
+    return ["## Verifier tasks", "",
+            "MiCEval's nine single-label questions (Table 2's columns), each asked where the human labels "
+            "apply; accuracy with a reply naming no label counted wrong, Avg. their mean, invalid % per "
+            "reply. \"–\" for a judge that cannot answer verifier prompts. Somers' D MiCEval chain: the "
+            "geometric-mean chain score of the aspect answers against the human good/bad label.", "",
+            tables.leaderboard(overall, tasks, metrics["matcher"], tables.columns(tasks, "verifier")), ""]
+
+
 TASK = register(Task(
     "verifier", "verifier", "MiCEval's nine single-label verifier questions, each where the human labels apply",
     # opt-in: nine more prompts per step for every generative judge (about ten times the requests of an API run)
-    default=False, section=section, steps=True, statistics={"verifier_avg": average},
+    default=False, section=section, steps=True, statistics={"verifier_avg": average}, render=render, place=40,
 ), METRICS)
