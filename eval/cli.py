@@ -25,6 +25,7 @@ from stepcritic.eval.rpts import Settings
 from stepcritic.eval.rpts_tree import CLUE_MATCHERS
 from stepcritic.eval.runner import DEFAULT_TASKS, TASKS, evaluate
 from stepcritic.eval.sweep import DEFAULT_DEV_FRACTION, DEFAULT_SEED
+from stepcritic.eval.tasks import check_options as check_task_options
 
 EPILOG = """\
 judge specs (repeat --judge to compare judges side by side):
@@ -126,8 +127,6 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
 
 def rpts_settings(args: argparse.Namespace):
     """RPTS's options, checked before anything slow is loaded."""
-    if (args.tree_builder or args.rpts_scorer) and "rpts" not in args.tasks:
-        raise EvalError("--tree-builder and --rpts-scorer only serve RPTS: add --tasks rpts")
     if not 0 < args.rpts_lambda <= 1:
         raise EvalError(f"--rpts-lambda must be in (0, 1], got {args.rpts_lambda:g}")
     if not 0 <= args.rpts_threshold <= 1:
@@ -139,13 +138,14 @@ def rpts_settings(args: argparse.Namespace):
 
 
 def check_options(args: argparse.Namespace) -> None:
-    """The options of the threshold sweep, best-of-n and correction, checked before anything slow is loaded."""
+    """The options of the threshold sweep and best-of-n, and that each option serving one task alone comes with
+    that task (`tasks.check_options`, as `runner.make_plan` checks a config), before anything slow is loaded."""
     if not 0 < args.sweep_dev < 1:
         raise EvalError(f"--sweep-dev must be between 0 and 1 (a share of the questions), got {args.sweep_dev:g}")
     if args.bon_subsets < 1:
         raise EvalError(f"--bon-subsets must be at least 1, got {args.bon_subsets}")
-    if args.corrector and "correction" not in args.tasks:
-        raise EvalError("--corrector only serves the correction task: add --tasks correction")
+    given = {"--corrector": args.corrector, "--tree-builder": args.tree_builder, "--rpts-scorer": args.rpts_scorer}
+    check_task_options(args.tasks, {flag for flag, value in given.items() if value})
 
 
 def main(args: argparse.Namespace) -> int:

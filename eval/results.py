@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from stepcritic.eval import best_of_n as bon
-from stepcritic.eval import columns, correction, pairwise
+from stepcritic.eval import columns, correction
 from stepcritic.eval import metrics as M
 from stepcritic.eval import sweep as sw
 from stepcritic.eval import tasks as T
@@ -288,8 +288,9 @@ def _compute_metrics(gold: list[dict], answers: dict, config: EvalConfig, matche
     # one split for every judge and every breakdown: a question chooses thresholds or is tested, never both
     dev = sw.dev_groups((c["group_id"] for c in gold), sweep["dev_fraction"], sweep["seed"])
     options = {"dev": dev, "best_of_n": best_of_n}
-    if "pairwise" in tasks:
-        options["pairwise"] = {"score": pairwise.DEFAULT_SELECTOR, **(config.pairwise or {})}
+    for task in (T.TASKS[t] for t in dict.fromkeys(tasks)):
+        if task.settings is not None:
+            options[task.name] = task.settings(config)
     plan = {field: spec for field, spec in breakdown_plan(gold).items()
             if any(m.level in spec["levels"] for m in T.metrics_for(tasks))}
     cols = columns.Gold(gold)  # every judge's arrays index the same gold arrays

@@ -1,10 +1,12 @@
 """Run judges over a chains dataset, recording every judgment durably, then write the results.
 
 `evaluate(config)` is the whole `stepcritic eval` job, in stages that hand their data one way: `make_plan` checks
-the `EvalConfig` and loads the chains; `ask_judges` has each judge judge only the chains (and ShiftCheck questions,
-and the verifier questions of `eval/verifier.py`) its cache lacks, streaming the dataset through
+the `EvalConfig` and loads the chains once; `ask_judges` has each judge judge only the chains (and the questions the
+tasks ask, and the verifier questions of `eval/verifier.py`) its cache lacks, streaming the dataset through
 `Judge.judge_stream` and saving each critique as it arrives, then reads every answer back from the caches;
-`score` computes every task's metrics (`results`); `report` renders them. A run killed at any moment and started
+`score` computes every task's metrics (`results`); `report` renders them. What a task needs beyond the judges'
+answers, its questions, trees or corrector, it declares in its registry entry (`tasks.Task`): nothing here names a
+task. A run killed at any moment and started
 again with the same arguments finishes the job with exactly one judgment per chain and judge. The report covers
 every judge whose cache in the output folder holds a judgment of every chain (and question) asked, not only the
 judges of this command.
@@ -26,8 +28,8 @@ from typing import Any
 
 from stepcritic import distributed
 from stepcritic.data_prep.schema import load_chains
-from stepcritic.eval import correction, pairwise, report, verifier
 from stepcritic.eval import failures as failed
+from stepcritic.eval import pairwise, report, verifier
 from stepcritic.eval import tasks as registry
 from stepcritic.eval.cache import JsonlLog, JudgeCache, cached_judges, merge_shards, write_jsonl_atomic
 from stepcritic.eval.config import DEFAULT_TASKS, EvalConfig  # noqa: F401  (DEFAULT_TASKS: read from here by callers)
@@ -36,13 +38,9 @@ from stepcritic.eval.judge_matcher import build as build_matcher
 from stepcritic.eval.judges.base import Critique, Judge, RequestFailed, best_index
 from stepcritic.eval.judges.registry import build_judge  # noqa: F401  (read from here by scripts and the demo)
 from stepcritic.eval.judging import batch_rows, is_current, judge_chains
-from stepcritic.eval.rpts import Settings
-from stepcritic.eval.rpts_tree import attach
-from stepcritic.eval.shiftcheck import circular_shifts
+from stepcritic.eval.shiftcheck import OPTION_LETTERS, question_task
 
 TASKS = tuple(registry.TASKS)
-OPTION_LETTERS = "ABCD"
-MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains per group, like A-D options
 
 
 # ----------------------------------------------------------------------------- gold
@@ -112,23 +110,6 @@ def gold_view(dataset, verifier_targets: bool = True) -> list[dict]:
     return gold
 
 
-def step_texts_only(dataset):
-    """The chains as RPTS's trees read them (`rpts_tree.attach`: id, question, final answer and meta, and of each step
-    its text, all that the clue scores and the tree builder's prompt show), the steps holding nothing else. attach
-    reads these rows whole, and with the sixteen fields of every step they were the most memory the job ever held
-    (600 MB at 100,000 chains). Built from the same Arrow buffers, without copying them."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    from datasets import Dataset
-
-    table = dataset.select_columns(["chain_id", "question", "final_answer", "steps", "meta"]).with_format("arrow")[:]
-    chunks = [type(chunk).from_arrays(pc.subtract(chunk.offsets, chunk.offsets[0]),
-                                      pa.StructArray.from_arrays([pc.struct_field(chunk.flatten(), "text")], ["text"]))
-              for chunk in table.column("steps").chunks]
-    steps = pa.chunked_array(chunks) if chunks else pa.chunked_array([], pa.list_(pa.struct([("text", pa.string())])))
-    return Dataset(table.set_column(table.schema.get_field_index("steps"), "steps", steps))
-
-
 def load_dataset(path: str, decode_images: bool, limit: int | None):
     try:
         dataset = load_chains(path, decode_images=decode_images)
@@ -137,49 +118,6 @@ def load_dataset(path: str, decode_images: bool, limit: int | None):
     if limit is not None:
         dataset = dataset.select(range(min(limit, len(dataset))))
     return dataset
-
-
-# ----------------------------------------------------------------------------- ShiftCheck
-
-def shiftcheck_questions(gold: list[dict]) -> list[dict]:
-    """One multiple-choice question per group of >= 2 chains: "which chain is best?".
-
-    At most four options per group. When a group has a fully-correct chain, exactly one is kept (the
-    first by chain_id) and it is the gold option; the others fill up with incorrect chains by chain_id
-    (never with chains of unknown correctness).
-    Groups with no (or only) correct chains still measure consistency and position bias (gold None).
-    """
-    groups = defaultdict(list)
-    for g in gold:
-        groups[g["group_id"]].append(g)
-    questions = []
-    for group_id, members in groups.items():
-        if len(members) < 2:
-            continue
-        members = sorted(members, key=lambda g: g["chain_id"])
-        correct = [g for g in members if g["chain_correct"] is True]
-        # a chain of unknown correctness is no wrong option: it may be as good as the gold one
-        others = [g for g in members if g["chain_correct"] is False]
-        if correct and others:
-            chosen, gold_id = [correct[0]] + others[:MAX_OPTIONS - 1], correct[0]["chain_id"]
-        else:
-            chosen, gold_id = members[:MAX_OPTIONS], None
-        questions.append({"group_id": group_id, "category": members[0]["category"], "gold": gold_id,
-                          "options": sorted(g["chain_id"] for g in chosen)})
-    return questions
-
-
-def shifted_questions(questions: list[dict]) -> list[dict]:
-    out = []
-    for q in questions:
-        for shift, options in enumerate(circular_shifts(q["options"])):
-            out.append(dict(q, question_id=f"{q['group_id']}#{shift}", shift=shift, options=list(options)))
-    return out
-
-
-def question_task(question: dict) -> str:
-    """The task that asks a pick question: the pairwise task's carry their `task`, ShiftCheck's none."""
-    return question.get("task") or "shiftcheck"
 
 
 def judge_picks(judge: Judge, dataset, questions: list[dict], cache: JudgeCache, progress: bool,
@@ -373,12 +311,14 @@ def evaluate(config: EvalConfig | str, *args, **kwargs) -> dict:
 
 @dataclass
 class Plan:
-    """What an evaluation asks, worked out from its config before any judge is asked: the chains (`plain` without
-    images; `decoded` with them, None when no judge sees images), their gold labels, the shifted ShiftCheck
-    questions (and the pairwise task's), and whether the tasks need every judge's critiques and verifier answers.
+    """What an evaluation asks, worked out from its config before any judge is asked: the tasks asked (`tasks`, their
+    registry entries in registry order), the chains (`plain` without images; `decoded` with them, None when no judge
+    and no task shows a model the images), their gold labels, the questions the tasks ask each judge to pick an option
+    of (`Task.questions`), and whether the tasks need every judge's critiques and verifier answers.
     `pairwise_scores`: the pairwise task is asked and no other task reads every judge's critiques, so only the judges
     that answer the pairs from their chain scores are asked for critiques (`critiques_wanted`)."""
 
+    tasks: list
     plain: Any
     decoded: Any
     gold: list[dict]
@@ -390,33 +330,39 @@ class Plan:
 
 def make_plan(config: EvalConfig) -> Plan:
     """The config checked and the chains loaded, before any judge is asked: bad input fails here (`EvalError`)."""
-    judges, tasks, corrector = config.judges, config.tasks, config.corrector
-    unknown = set(tasks) - set(TASKS)
+    judges = config.judges
+    unknown = set(config.tasks) - set(TASKS)
     if unknown:
         raise EvalError(f"unknown task(s) {sorted(unknown)}; choose from {list(TASKS)}")
     names = [j.name for j in judges]
     if not judges or len(set(names)) != len(names):
         raise EvalError(f"give one or more judges with distinct names, got {names}")
+    tasks = [task for name, task in registry.TASKS.items() if name in config.tasks]
+    registry.check_options(config.tasks, given_options(config))
+    for task in (t for t in tasks if t.check is not None):
+        task.check(config)
     plain = load_dataset(config.chains, decode_images=False, limit=config.limit)
     if len(plain) == 0:
         raise EvalError(f"chains: {config.chains} holds no chains")
-    decoded = load_dataset(config.chains, True, config.limit) if any(j.needs_images for j in judges) else None
-    needs = {registry.TASKS[t].needs for t in tasks}
+    shows_images = any(j.needs_images for j in judges) or any(t.images for t in tasks)
+    decoded = load_dataset(config.chains, True, config.limit) if shows_images else None
+    needs = {task.needs for task in tasks}
     gold = gold_view(plain, verifier_targets="verifier" in needs)
-    questions = shifted_questions(shiftcheck_questions(gold)) if "picks" in needs else []
-    if "pairwise" in needs:  # each pair in both orders, asked of a generative judge, of the others from their scores
-        questions += pairwise.questions(gold)
-    if corrector is not None and "correction" not in tasks:
-        raise EvalError("a corrector only serves the correction task: add --tasks correction")
-    if "correction" in tasks:
-        correction.check(judges, corrector)
+    questions = [q for task in tasks if task.questions is not None for q in task.questions(gold)]
     try:
         os.makedirs(config.out_dir, exist_ok=True)
     except OSError as e:
         raise EvalError(f"output folder {config.out_dir}: {e.strerror}") from None
     wants_critiques = bool(needs & {"critiques", "corrections"})
-    return Plan(plain, decoded, gold, questions, wants_critiques=wants_critiques, wants_verifier="verifier" in needs,
-                pairwise_scores="pairwise" in needs and not wants_critiques)
+    return Plan(tasks, plain, decoded, gold, questions, wants_critiques=wants_critiques,
+                wants_verifier="verifier" in needs, pairwise_scores="pairwise" in needs and not wants_critiques)
+
+
+def given_options(config: EvalConfig) -> set[str]:
+    """The options of `config` that serve one task alone (`Task.options`), by their command-line flags."""
+    given = {"--corrector": config.corrector is not None, "--tree-builder": config.tree_builder is not None,
+             "--rpts-scorer": any(hasattr(j, "bind_trees") for j in config.judges)}
+    return {flag for flag, on in given.items() if on}
 
 
 @dataclass
@@ -424,7 +370,8 @@ class Answers:
     """What the judges answered, narrowed to what is reported: `runs` by judge name (this command's judges and those
     an earlier command left in the output folder, as `read_back` gives them), the chains kept (`gold`, at
     `positions` of the dataset) and the questions kept once failed requests are left out, and what the report says
-    of the failures, of earlier commands' judges and of RPTS's trees."""
+    of the failures, of earlier commands' judges and what the tasks prepared before judging (`Task.prepare`: RPTS's
+    trees), by task name."""
 
     runs: dict
     gold: list[dict]
@@ -433,26 +380,20 @@ class Answers:
     failed: dict | None
     earlier: list[str]
     left_out: list[str]
-    rpts: dict | None
+    prepared: dict
 
 
 def ask_judges(config: EvalConfig, plan: Plan) -> Answers | None:
-    """Every judge asked what its cache lacks (with RPTS, every chain's tree first); failed requests stop here with
-    `FailedRequests` unless `config.allow_failures`. Under several ranks (`config.world`) each asks its share
+    """Every judge asked what its cache lacks (after what the tasks prepare first: RPTS's trees); failed requests stop
+    here with `FailedRequests` unless `config.allow_failures`. Under several ranks (`config.world`) each asks its share
     (`ask_on_ranks`) and only rank 0 goes on, with the answers of all; the others get None."""
     judges, out_dir, progress, log = config.judges, config.out_dir, config.progress, config.log
     gold, questions = plan.gold, plan.questions
     wants_critiques, wants_verifier = plan.wants_critiques, plan.wants_verifier
-    rpts_block = None
     if config.world is not None and config.world.size > 1 and (config.tree_builder is not None or config.jobs > 1):
         raise EvalError("--tree-builder and --jobs run in one process: start the command without torchrun or "
                         "accelerate launch for them (a builder's trees, once cached, serve a run of several ranks)")
-    if "rpts" in config.tasks:  # every chain's tree, before any judge that scores by it (`--rpts-scorer`) is run
-        rpts = config.rpts or Settings()
-        rpts_block = {"settings": rpts.as_json(), **attach(gold, step_texts_only(plan.plain), out_dir, judges,
-                                                            config.tree_builder, rpts.clues, progress)}
-    elif config.tree_builder is not None or any(hasattr(j, "bind_trees") for j in judges):
-        raise EvalError("a tree builder or an RPTS scorer only serves RPTS: add --tasks rpts")
+    prepared = {task.name: task.prepare(config, gold, plan.plain) for task in plan.tasks if task.prepare is not None}
     pairwise_scores = plan.pairwise_scores
     world = config.world or distributed.ONE_PROCESS
     if world.main:  # what a killed run of any number of ranks saved, in the logs every rank reads
@@ -495,7 +436,7 @@ def ask_judges(config: EvalConfig, plan: Plan) -> Answers | None:
         log(f"left out of the report: {', '.join(left_out)} (from earlier commands into {out_dir}; their cache lacks "
             "some of these chains or questions)")
     runs.update(earlier)
-    return Answers(runs, gold, positions, questions, failed_section, sorted(earlier), left_out, rpts_block)
+    return Answers(runs, gold, positions, questions, failed_section, sorted(earlier), left_out, prepared)
 
 
 def rank_share(gold: list[dict], questions: list[dict], world: distributed.World,
@@ -572,21 +513,22 @@ def _added(values: list):
 
 
 def score(config: EvalConfig, plan: Plan, answers: Answers) -> dict:
-    """metrics.json's content: every task's metrics of every judge (`results.compute_metrics`, after the corrector's
-    answers for the correction task), with what the judges were asked and answered."""
+    """metrics.json's content: every task's metrics of every judge (`results.compute_metrics`, after what the tasks
+    ask once the judges have answered, `Task.ask_after`: the corrector's answers), with what the judges were asked and
+    answered."""
     from stepcritic.eval import results  # numpy, for the bootstrap intervals: kept out of `stepcritic eval --help`
 
-    runs, gold, matcher, corrector = answers.runs, answers.gold, config.matcher, config.corrector
-    corrections = None
-    if "correction" in config.tasks:
-        # correctors see the images
-        decoded = plan.decoded if plan.decoded is not None else load_dataset(config.chains, True, config.limit)
-        corrections = correction.run(gold, runs, {j.name: j for j in config.judges}, corrector,
-                                     lambda i: decoded[answers.positions[i]], config.out_dir, config.progress)
+    runs, gold, matcher = answers.runs, answers.gold, config.matcher
+    judged = {name: {"predictions": r["predictions"], "picks": r["picks"], "verifier": r["verifier"]}
+              for name, r in runs.items()}
+    asked_after = {}
+    for task in (t for t in plan.tasks if t.ask_after is not None):
+        by_judge, asked_after[task.name] = task.ask_after(config, gold, runs,
+                                                          lambda i: plan.decoded[answers.positions[i]])
+        for name, more in by_judge.items():
+            judged[name].update(more)
     match = build_matcher(matcher, config.out_dir, config.progress) if isinstance(matcher, str) else matcher
     try:
-        judged = {name: {"predictions": r["predictions"], "picks": r["picks"], "verifier": r["verifier"],
-                         "corrections": (corrections or {}).get(name)} for name, r in runs.items()}
         metrics = results.compute_metrics(gold, judged, config, match)
     finally:
         if match is not matcher and hasattr(match, "close"):
@@ -595,14 +537,10 @@ def score(config: EvalConfig, plan: Plan, answers: Answers) -> dict:
         metrics["judges"][name].update(run=result["run"], fingerprint=result["fingerprint"])
     metrics["earlier_judges"] = {"included": answers.earlier, "left_out": answers.left_out}
     metrics["failed"] = answers.failed
-    if answers.rpts is not None:
-        metrics["rpts"] = answers.rpts
+    metrics.update(answers.prepared)  # what the tasks prepared before judging, and asked after it, by task name
     if hasattr(match, "requests"):
         metrics["matcher_requests"] = match.requests
-    if corrections is not None:
-        metrics["correction"] = {"corrector": None if corrector is None else corrector.name,
-                                 "correctors": {name: c and c["corrector"] for name, c in corrections.items()},
-                                 "requests": {name: c and c["requests"] for name, c in corrections.items()}}
+    metrics.update(asked_after)
     return metrics
 
 

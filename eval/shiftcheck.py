@@ -18,6 +18,8 @@ from stepcritic.eval.sums import question_mean
 
 # CMMU reports BiasRate for four-option questions; the headline number uses those groups only.
 CMMU_OPTION_COUNT = 4
+OPTION_LETTERS = "ABCD"
+MAX_OPTIONS = len(OPTION_LETTERS)  # ShiftCheck asks about at most four chains per group, like A-D options
 
 
 def circular_shifts(options: list) -> list[list]:
@@ -136,3 +138,46 @@ def shiftcheck(records: list[dict]) -> dict:
         "n_bias_groups": sum(len(g) for g in revealing.values()),
         "n_excluded": n_excluded,
     }
+
+
+# ----------------------------------------------------------------------------- the questions asked
+
+def shiftcheck_questions(gold: list[dict]) -> list[dict]:
+    """One multiple-choice question per group of >= 2 chains: "which chain is best?".
+
+    At most four options per group. When a group has a fully-correct chain, exactly one is kept (the
+    first by chain_id) and it is the gold option; the others fill up with incorrect chains by chain_id
+    (never with chains of unknown correctness).
+    Groups with no (or only) correct chains still measure consistency and position bias (gold None).
+    """
+    groups = defaultdict(list)
+    for g in gold:
+        groups[g["group_id"]].append(g)
+    questions = []
+    for group_id, members in groups.items():
+        if len(members) < 2:
+            continue
+        members = sorted(members, key=lambda g: g["chain_id"])
+        correct = [g for g in members if g["chain_correct"] is True]
+        # a chain of unknown correctness is no wrong option: it may be as good as the gold one
+        others = [g for g in members if g["chain_correct"] is False]
+        if correct and others:
+            chosen, gold_id = [correct[0]] + others[:MAX_OPTIONS - 1], correct[0]["chain_id"]
+        else:
+            chosen, gold_id = members[:MAX_OPTIONS], None
+        questions.append({"group_id": group_id, "category": members[0]["category"], "gold": gold_id,
+                          "options": sorted(g["chain_id"] for g in chosen)})
+    return questions
+
+
+def shifted_questions(questions: list[dict]) -> list[dict]:
+    out = []
+    for q in questions:
+        for shift, options in enumerate(circular_shifts(q["options"])):
+            out.append(dict(q, question_id=f"{q['group_id']}#{shift}", shift=shift, options=list(options)))
+    return out
+
+
+def question_task(question: dict) -> str:
+    """The task that asks a pick question: the pairwise task's carry their `task`, ShiftCheck's none."""
+    return question.get("task") or "shiftcheck"

@@ -17,7 +17,8 @@ from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval import metrics as M
 from stepcritic.eval.matchers import LexicalMatcher
 from stepcritic.eval.report import leaderboard, render
-from stepcritic.eval.runner import build_judge, evaluate, shiftcheck_questions
+from stepcritic.eval.runner import build_judge, evaluate
+from stepcritic.eval.shiftcheck import shiftcheck_questions
 from stepcritic.eval.tasks import METRICS
 from stepcritic.eval.tasks.choice import choice_metrics
 

@@ -14,7 +14,8 @@ from helpers import CountingJudge
 from stepcritic.data_prep.schema import save_chains, validate_chain
 from stepcritic.eval.cache import JsonlLog
 from stepcritic.eval.judges.base import Critique, Judge
-from stepcritic.eval.runner import EvalError, build_judge, evaluate, shiftcheck_questions
+from stepcritic.eval.runner import EvalError, build_judge, evaluate
+from stepcritic.eval.shiftcheck import shiftcheck_questions
 from stepcritic.testing.fake_openai_server import FakeOpenAIServer
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))

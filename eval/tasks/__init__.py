@@ -21,6 +21,17 @@ from stepcritic.eval.tasks import (  # noqa: F401  (each registers itself)
     critique, choice, shiftcheck, verifier, rpts, best_of_n, correction, first_error, prmscore, pairwise,
 )
 # isort: on
-from stepcritic.eval.tasks.base import METRICS, TASKS, Metric, Task, find, has, lookup, metrics_for, register
+from stepcritic.eval.tasks.base import (
+    METRICS,
+    TASKS,
+    Metric,
+    Task,
+    check_options,
+    find,
+    has,
+    lookup,
+    metrics_for,
+    register,
+)
 
-__all__ = ["METRICS", "TASKS", "Metric", "Task", "find", "has", "lookup", "metrics_for", "register"]
+__all__ = ["METRICS", "TASKS", "Metric", "Task", "check_options", "find", "has", "lookup", "metrics_for", "register"]

@@ -32,6 +32,20 @@ class Task:
     render: Callable | None = None
     place: int = 0
     diagnostics: str = ""  # what its columns of the Diagnostics table mean, said in the paragraph above that table
+    # what the runner does for it beyond asking each judge what `needs` says, each hook None when it does nothing:
+    # `questions` (gold chains) -> the questions each judge picks an option of (`runner.judge_picks`);
+    # `prepare` (config, gold chains, the chains dataset) -> its block of metrics.json, before any judge is asked;
+    # `ask_after` (config, gold chains, the judges' runs, the chain at a position, with images) -> ({judge: what it
+    # adds to that judge's data for `results`}, its block of metrics.json), once every judge has answered;
+    # `check` (config) raises `EvalError` when the task cannot run as configured, before the chains are read
+    questions: Callable | None = None
+    prepare: Callable | None = None
+    ask_after: Callable | None = None
+    check: Callable | None = None
+    images: bool = False  # `ask_after` shows a model the chains' images
+    options: tuple = ()  # the command-line options that serve this task alone (`check_options`)
+    # (config) -> its settings in `results.JudgeData.settings`, under the task's name
+    settings: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,18 @@ def register(task: Task, metrics: list[Metric]) -> Task:
         METRICS[m.name] = m
     TASKS[task.name] = task
     return task
+
+
+def check_options(tasks, given: set[str]) -> None:
+    """An option given (`given`: the flags of those set) without the task it alone serves is an error, one line
+    naming the task to add."""
+    from stepcritic.eval.errors import EvalError
+
+    for task in TASKS.values():
+        flags = [flag for flag in task.options if flag in given]
+        if flags and task.name not in tasks:
+            raise EvalError(f"{' and '.join(flags)} only serve{'s' if len(flags) == 1 else ''} the {task.name} task: "
+                            f"add --tasks {task.name}")
 
 
 def metrics_for(tasks, table: str | None = None, level: str | None = None) -> list[Metric]:

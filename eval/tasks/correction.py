@@ -68,9 +68,23 @@ def render(metrics: dict, overall: dict) -> list[str]:
             ""]
 
 
+def ask_after(config, gold: list[dict], runs: dict, chain_at):
+    """Each judge's corrector asked for the answer after the gold critique and after the judge's own (`correction.run`,
+    shown the chains' images): the corrections by judge, and who corrected whom with what requests."""
+    corrector = config.corrector
+    corrections = C.run(gold, runs, {j.name: j for j in config.judges}, corrector, chain_at, config.out_dir,
+                        config.progress)
+    block = {"corrector": None if corrector is None else corrector.name,
+             "correctors": {name: c and c["corrector"] for name, c in corrections.items()},
+             "requests": {name: c and c["requests"] for name, c in corrections.items()}}
+    return {name: {"corrections": c} for name, c in corrections.items()}, block
+
+
 TASK = register(Task(
     "correction", "corrections", "a corrector revises each chain's answer given the gold critique and given the "
     "judge's own: PCR, NCR and correction gain (VISCO Sec. 3.1.2)",
     # opt-in: two corrector requests per chain and judge, and a corrector to name
     default=False, section=section, statistics={"correction_own_gain": own_gain}, render=render, place=90,
+    ask_after=ask_after, images=True, options=("--corrector",),
+    check=lambda config: C.check(config.judges, config.corrector),
 ), METRICS)

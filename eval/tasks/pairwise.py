@@ -83,6 +83,8 @@ TASK = register(Task(
     "RewardBench, MM-RLHF-RewardBench)",
     # opt-in: a generative judge is asked each pair in both orders, two requests more per pair
     default=False, section=section, statistics={"pairwise_accuracy": accuracy}, render=render, place=30,
+    # each pair in both orders, asked of a generative judge, of the others answered from their scores
+    questions=PW.questions, settings=lambda config: {"score": PW.DEFAULT_SELECTOR, **(config.pairwise or {})},
     diagnostics="Pair acc. (data order) and (swapped): a generative judge's pairwise accuracy with the responses "
                 "shown in the data's order and swapped (apart: a position preference). Pair flip %: share of pairs "
                 "whose chosen response changes with the order, an unparseable reply a flip (lower is better). \"–\" "

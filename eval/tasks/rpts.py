@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stepcritic.eval import metrics as M
 from stepcritic.eval import rpts as R
-from stepcritic.eval import tables
+from stepcritic.eval import rpts_tree, tables
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_RPTS = "no chain has a tree (premises in the data, or a --tree-builder) and a step score from the judge"
@@ -63,8 +63,17 @@ def render(metrics: dict, overall: dict) -> list[str]:
     return parts
 
 
+def prepare(config, gold: list[dict], chains) -> dict:
+    """Every chain's tree, before any judge that scores by it (`--rpts-scorer`) is asked; what metrics.json says of the
+    trees and of RPTS's settings."""
+    settings = config.rpts or R.Settings()
+    return {"settings": settings.as_json(), **rpts_tree.attach(
+        gold, rpts_tree.step_texts_only(chains), config.out_dir, config.judges, config.tree_builder, settings.clues,
+        config.progress)}
+
+
 TASK = register(Task(
     "rpts", "critiques", "each chain's reasoning tree scored with the judge's step scores, the RPTS filter and "
     "accuracy before and after it (RPTS)",
-    section=section, render=render, place=60,
+    section=section, render=render, place=60, prepare=prepare, options=("--tree-builder", "--rpts-scorer"),
 ), METRICS)

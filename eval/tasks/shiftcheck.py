@@ -52,4 +52,5 @@ def render(metrics: dict, overall: dict) -> list[str]:
 TASK = register(Task(
     "shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)",
     section=section, statistics={"circular_accuracy": circular_accuracy}, render=render, place=20,
+    questions=lambda gold: SC.shifted_questions(SC.shiftcheck_questions(gold)),
 ), METRICS)
