@@ -254,14 +254,14 @@ def main(args: argparse.Namespace) -> int:
     prm_dir = stages.run("train PRM critic", _train, "prm.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "prm-sft"), output_dir=os.path.join(models, "prm"),
         max_steps=plan["prm_steps"], **grouped, **rehearsed))
-    start = {"model_name_or_path": prm_dir, "tiny_model": False} if base_kind.writer_from_prm else {}
+    start = {"model_name_or_path": prm_dir} if base_kind.writer_from_prm else {}
     sft_dir = stages.run("train critique SFT" + (" (from the PRM)" if start else ""), _train, "critique-sft.yaml",
                          folder, dict(common, dataset_path=os.path.join(data, "critique-sft"),
                                       output_dir=os.path.join(models, "critique-sft"), max_steps=plan["sft_steps"],
                                       **grouped, **start))
     dpo_dir = stages.run("train critique DPO (from the SFT critic)", _train, "dpo.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "critique-pref"), output_dir=os.path.join(models, "critique-dpo"),
-        model_name_or_path=sft_dir, tiny_model=False, max_steps=plan["dpo_steps"],
+        model_name_or_path=sft_dir, max_steps=plan["dpo_steps"],
         per_device_train_batch_size=min(plan["batch"], 4)))
 
     # critiques are decoded under their JSON structure (eval/judges/structured.py), trained and prompted alike

@@ -35,8 +35,10 @@ def build_model(recipe, real_size: bool, device="cpu", fused_loss: bool = True, 
     from stepcritic.train import archs, common
 
     name = recipe.model_args.model_name_or_path
-    if recipe.script_args.tiny_model:
-        model, _ = common.load_model(recipe)  # the tiny critic is random-init already
+    from stepcritic.train.loading import model_source
+
+    if model_source(name) is not None:
+        model, _ = common.load_model(recipe)  # a model this package builds: small, and built offline
     else:
         # No weights are downloaded: the real shape, or a tiny config of the same architecture.
         config = archs.real_config(name) if real_size else archs.tiny_config(archs.model_type_of(name))

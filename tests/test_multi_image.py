@@ -126,7 +126,6 @@ def train_one_step(recipe_name: str, dataset: str, out) -> tuple[str, list[int]]
     from stepcritic.train.run import train
 
     argv = ["--dataset_path", dataset, "--output_dir", str(out), "--report_to", "none", "--max_steps", "1",
-            "--tiny_vision_pretrain_steps", "0", "--tiny_base_pretrain_steps", "0", "--tiny_model_size", "small",
             "--bf16", "false", "--dataloader_num_workers", "0", "--eval_strategy", "no"]
     if recipe_name == "grpo.yaml":  # one generation round: 2 short completions of one prompt
         argv += ["--num_generations", "2", "--max_completion_length", "8", "--per_device_train_batch_size", "2",

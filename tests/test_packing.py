@@ -27,7 +27,7 @@ def trainer_for(root, **overrides):
 
     recipe = parse_recipe(os.path.join(RECIPES, "prm.yaml"), dict(
         dataset_path=str(root / "data"), output_dir=str(root / "run"), max_steps=1, per_device_train_batch_size=4,
-        report_to="none", tiny_vision_pretrain_steps=0, **overrides))
+        report_to="none", **overrides))
     model, processor = common.load_model(recipe)
     train_data, eval_data = common.load_splits(recipe)
     return prm.build_trainer(recipe, model, processor, train_data, eval_data), model, train_data
@@ -35,7 +35,8 @@ def trainer_for(root, **overrides):
 
 @pytest.mark.parametrize("arch", ["llava", "idefics3"])
 def test_a_packed_batch_has_the_padded_batchs_loss(prm_data, arch):
-    trainer, model, train_data = trainer_for(prm_data, tiny_model_arch=arch, tiny_pretrained_base=arch == "llava")
+    name = "stepcritic:tiny/base" if arch == "llava" else f"stepcritic:tiny/{arch}"
+    trainer, model, train_data = trainer_for(prm_data, model_name_or_path=name)
     rows = [dict(train_data[i]) for i in range(len(train_data))]
     padded = trainer.data_collator(rows)
     assert not (padded["attention_mask"].all())  # the rows differ in length, so there is padding to drop
@@ -81,7 +82,7 @@ def test_padding_free_training_step(prm_data, caplog):
     assert batch["input_ids"].shape[0] == 1 and "position_ids" in batch
     recipe = parse_recipe(os.path.join(RECIPES, "prm.yaml"), dict(
         dataset_path=str(prm_data / "data"), output_dir=str(prm_data / "run-packed"), max_steps=1,
-        per_device_train_batch_size=4, report_to="none", tiny_vision_pretrain_steps=0, padding_free=True))
+        per_device_train_batch_size=4, report_to="none", padding_free=True))
     assert train(recipe)["train_loss"] > 0
 
 

@@ -18,7 +18,6 @@ def train_one_step(recipe_name: str, dataset: str, out) -> str:
     from stepcritic.train.run import train
 
     argv = ["--dataset_path", dataset, "--output_dir", str(out), "--report_to", "none", "--max_steps", "1",
-            "--tiny_vision_pretrain_steps", "0", "--tiny_base_pretrain_steps", "0", "--tiny_model_size", "small",
             "--bf16", "false", "--dataloader_num_workers", "0", "--eval_strategy", "no",
             "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1"]
     train(parse_recipe(os.path.join(RECIPES, recipe_name), argv))

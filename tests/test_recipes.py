@@ -10,6 +10,7 @@ import yaml
 
 from stepcritic.train import archs
 from stepcritic.train.config import DATASET_KINDS, RecipeError, parse_recipe
+from stepcritic.train.loading import model_source, resolve_model
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 ACCELERATE_DIR = RECIPES_DIR / "accelerate"
@@ -34,8 +35,9 @@ pytestmark = pytest.mark.usefixtures("private_tiny_cache")  # conftest.py: this 
 
 def reads_text_only(recipe) -> bool:
     """Whether a shipped recipe trains a text-only model (the tiny text critic, or a text family)."""
-    if recipe.script_args.tiny_model:
-        return recipe.script_args.tiny_model_arch == "text"
+    source = model_source(recipe.model_args.model_name_or_path)
+    if source is not None:
+        return source.text_only
     return archs.model_type_of(recipe.model_args.model_name_or_path) in archs.TEXT_MODEL_TYPES
 
 
@@ -79,7 +81,7 @@ def test_recipe_parses(path):
     if text:  # text-only builds, and no key about a vision side a text model lacks
         assert recipe.script_args.dataset_path == data
         assert not {"max_image_size", "freeze_vision_tower", "lora_on_vision"} & set(yaml.safe_load(path.read_text()))
-    if recipe.script_args.tiny_model:
+    if model_source(recipe.model_args.model_name_or_path) is not None:
         assert recipe.training_args.use_cpu and recipe.training_args.report_to in ("none", [])
     else:
         assert recipe.model_args.use_peft and recipe.model_args.dtype == "bfloat16"
@@ -98,10 +100,12 @@ def test_recipe_model_builds_with_its_lora_on_the_language_model(path):
 
     recipe = parse_recipe(path)
     auto = AutoModelForCausalLM if reads_text_only(recipe) else AutoModelForImageTextToText
-    if recipe.script_args.tiny_model:
+    source = model_source(recipe.model_args.model_name_or_path)
+    if source is not None:
         # the recipe's architecture and size, without its pre-training stages (minutes on a CPU, not under test)
-        untrained = parse_recipe(path, {"tiny_vision_pretrain_steps": 0, "tiny_base_pretrain_steps": 0})
-        model = auto.from_pretrained(untrained.model_path())
+        size = "" if source.size == "small" else f"-{source.size}"
+        name = f"stepcritic:tiny/{source.arch}{size}" if source.kind == "built" else source.name
+        model = auto.from_pretrained(resolve_model(name))
     else:
         model_type = archs.model_type_of(recipe.model_args.model_name_or_path)
         model = auto.from_config(archs.tiny_config(model_type))
@@ -189,9 +193,30 @@ def test_dataset_kind_must_suit_the_method():
         parse_recipe(TINY_SFT, {"dataset_kind": "critique-pref"})
 
 
-def test_model_is_required_unless_tiny():
-    with pytest.raises(RecipeError, match="model_name_or_path"):
-        parse_recipe(TINY_SFT, {"tiny_model": False})
+def test_model_is_required():
+    with pytest.raises(RecipeError, match="`model_name_or_path` is required"):
+        parse_recipe(TINY_SFT, {"model_name_or_path": None})
+
+
+def test_a_stepcritic_model_name_is_checked_when_the_recipe_is_read():
+    with pytest.raises(RecipeError, match="override: `model_name_or_path`: unknown model source 'stepcritic:tiny/gp"):
+        parse_recipe(TINY_SFT, {"model_name_or_path": "stepcritic:tiny/gpt"})
+    with pytest.raises(RecipeError, match="no vision tower"):
+        parse_recipe(TINY_SFT, {"model_name_or_path": "stepcritic:tiny/text,vision_pretrain_steps=10"})
+    with pytest.raises(RecipeError, match="'steps=3' is not an option"):
+        parse_recipe(TINY_SFT, ["--model_name_or_path", "stepcritic:tiny/llava,steps=3"])
+    recipe = parse_recipe(TINY_SFT, ["--model_name_or_path", "stepcritic:tiny/llava-medium,base_pretrain_steps=6"])
+    source = model_source(recipe.model_args.model_name_or_path)
+    assert (source.arch, source.size, source.vision_pretrain_steps, source.base_pretrain_steps) == (
+        "llava", "medium", 0, 6)
+
+
+@pytest.mark.parametrize(("key", "hint"), [
+    ("tiny_model", "stepcritic:tiny/base"), ("tiny_model_lm", "stepcritic:tiny/base-smollm2"),
+    ("tiny_vision_pretrain_steps", "stepcritic:tiny/ARCH,vision_pretrain_steps=N")])
+def test_the_tiny_critic_keys_point_at_its_model_name(tmp_path, key, hint):
+    with pytest.raises(RecipeError, match=f"unknown key `{key}`; did you mean `model_name_or_path: {hint}"):
+        parse_recipe(write(tmp_path, f"method: prm\ndataset_path: data/x\n{key}: true\n"))
 
 
 def test_missing_or_unknown_method_is_named(tmp_path):

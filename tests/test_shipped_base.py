@@ -10,12 +10,12 @@ pytestmark = pytest.mark.usefixtures("private_tiny_cache")
 
 
 def test_the_shipped_base_matches_the_code():
-    from stepcritic.train.tiny import shipped
+    from stepcritic.train.tiny.shipped import TINY
 
-    if shipped.shipped_meta() is None:
-        pytest.skip(f"no shipped base in {shipped.FOLDER}")
-    reason = shipped.stale_reason()
-    assert reason is None, f"{reason}. Rebuild it: {shipped.REBUILD}"
+    if TINY.shipped_meta() is None:
+        pytest.skip(f"no shipped base in {TINY.folder}")
+    reason = TINY.stale_reason()
+    assert reason is None, f"{reason}. Rebuild it: {TINY.rebuild}"
 
 
 def test_the_fingerprint_sees_the_tokenizer_and_the_config():
@@ -30,10 +30,10 @@ def test_a_missing_base_falls_back_to_a_short_build_and_says_so(tmp_path, monkey
     from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny import shipped
 
-    monkeypatch.setattr(shipped, "FOLDER", tmp_path / "base")
-    monkeypatch.setattr(shipped, "FALLBACK", {"vision_pretrain_steps": 2, "base_pretrain_steps": 2})
+    monkeypatch.setattr(shipped.TINY, "folder", tmp_path / "base")
+    monkeypatch.setattr(shipped.TINY, "fallback", {"vision_pretrain_steps": 2, "base_pretrain_steps": 2})
     said = []
-    path = shipped.base_path(log=said.append)
+    path = shipped.TINY.path(log=said.append)
     assert len(said) == 1 and "building a short base" in said[0] and "score worse" in said[0]
     load_critic(path)
 
@@ -48,9 +48,9 @@ def test_install_writes_weights_fingerprint_and_card(tmp_path, monkeypatch):
               "history": [{"step": 10, "loss": 0.5, "probe": {"colour": 0.5, "sum": 0.95}}],
               "probe": {"colour": 0.5, "sum": 0.95}}
     (run / "pretraining.json").write_text(json.dumps(record))
-    monkeypatch.setattr(shipped, "FOLDER", tmp_path / "base")
-    folder = shipped.install(str(run), commit="abc123")
-    assert shipped.stale_reason() is None
+    monkeypatch.setattr(shipped.TINY, "folder", tmp_path / "base")
+    folder = shipped.TINY.install(str(run), commit="abc123")
+    assert shipped.TINY.stale_reason() is None
     card = (folder / "README.md").read_text()
     assert "| 0.500 | not met" in card and "| 0.950 | met" in card and "abc123" in card
     assert json.loads((folder / shipped.META).read_text())["fingerprint"] == shipped.fingerprint()
@@ -58,7 +58,7 @@ def test_install_writes_weights_fingerprint_and_card(tmp_path, monkeypatch):
     del record["probe"]  # a run that stopped before its end is not installed
     (run / "pretraining.json").write_text(json.dumps(record))
     with pytest.raises(SystemExit, match="resume it"):
-        shipped.install(str(run))
+        shipped.TINY.install(str(run))
 
 
 def test_the_card_gives_long_conversations_and_the_deep_probe(tmp_path, monkeypatch):
@@ -74,8 +74,8 @@ def test_the_card_gives_long_conversations_and_the_deep_probe(tmp_path, monkeypa
     record = {"settings": settings, "steps": 10, "planned_steps": 10, "seconds": 36.0, "history": [],
               "probe": probe, "probe_deep": {"after": 15, "accuracy": {"colour": 0.9, "relation": 0.25}}}
     (run / "pretraining.json").write_text(json.dumps(record))
-    monkeypatch.setattr(shipped, "FOLDER", tmp_path / "base")
-    card = (shipped.install(str(run)) / "README.md").read_text()
+    monkeypatch.setattr(shipped.TINY, "folder", tmp_path / "base")
+    card = (shipped.TINY.install(str(run)) / "README.md").read_text()
     assert "--questions 6-20 --ramp 0.0 --say-first" in card
     assert "6 to 20 questions a conversation instead, scenes of every size from its first step" in card
     assert "| accuracy | after 15 other questions | target |" in card

@@ -81,12 +81,12 @@ def test_base_pretraining_on_smollm2_trains_adapters_and_leaves_the_language_mod
 
 
 def test_the_shipped_smollm2_base_matches_the_code():
-    from stepcritic.train.tiny import shipped_smol
+    from stepcritic.train.tiny.shipped import SMOLLM2
 
-    if shipped_smol.shipped_meta() is None:
-        pytest.skip(f"no shipped SmolLM2 base in {shipped_smol.FOLDER}")
-    reason = shipped_smol.stale_reason()
-    assert reason is None, f"{reason}. Rebuild it: {shipped_smol.REBUILD}"
+    if SMOLLM2.shipped_meta() is None:
+        pytest.skip(f"no shipped SmolLM2 base in {SMOLLM2.folder}")
+    reason = SMOLLM2.stale_reason()
+    assert reason is None, f"{reason}. Rebuild it: {SMOLLM2.rebuild}"
 
 
 def test_an_installed_base_ships_float16_adapters_that_load_anywhere_and_merge_into_the_same_model(
@@ -98,8 +98,8 @@ def test_an_installed_base_ships_float16_adapters_that_load_anywhere_and_merge_i
     import torch
 
     from stepcritic.train.loading import load_critic
-    from stepcritic.train.tiny import shipped_smol
     from stepcritic.train.tiny.base_pretrain import SceneConversations
+    from stepcritic.train.tiny.shipped import SMOLLM2
 
     model, processor = load_critic(scaffold)
     model = smol.add_lora(model, rank=2)
@@ -118,30 +118,30 @@ def test_an_installed_base_ships_float16_adapters_that_load_anywhere_and_merge_i
     (run / "pretraining.json").write_text(json.dumps(
         {"settings": settings, "steps": 4, "planned_steps": 4, "seconds": 9.0, "probe": probe,
          "history": [{"step": 4, "loss": 0.5, "probe": probe}]}))
-    monkeypatch.setattr(shipped_smol, "FOLDER", tmp_path / "base_smollm2")
-    folder = shipped_smol.install(str(run), commit="abc123")
+    monkeypatch.setattr(SMOLLM2, "folder", tmp_path / "base_smollm2")
+    folder = SMOLLM2.install(str(run), commit="abc123")
 
-    assert shipped_smol.stale_reason() is None
+    assert SMOLLM2.stale_reason() is None
     config = json.loads((folder / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == shipped_smol.SCAFFOLD_NAME
+    assert config["base_model_name_or_path"] == SMOLLM2.scaffold_name == "stepcritic:tiny/smollm2-scaffold"
     card = (folder / "README.md").read_text()
     assert "SmolLM2" in card and "--lm smollm2" in card and "| 0.950 | met" in card and "abc123" in card
     batch = SceneConversations(processor, seed=3, image_size=96).batch(0, batch_size=2, steps=1)
     with torch.no_grad():
         trained = model(**batch).logits
         as_adapter = load_critic(folder)[0](**batch).logits
-        merged = load_critic(shipped_smol.merged_path())[0](**batch).logits
+        merged = load_critic(SMOLLM2.fresh_path())[0](**batch).logits
     assert (as_adapter - trained).abs().max() < 0.05 and (merged - as_adapter).abs().max() < 1e-3
 
 
 def test_without_a_shipped_base_the_start_is_the_vision_pretrained_scaffold_and_it_says_so(
         scaffold, tmp_path, monkeypatch):
     from stepcritic.train.loading import load_critic
-    from stepcritic.train.tiny import shipped_smol
+    from stepcritic.train.tiny.shipped import SMOLLM2
 
-    monkeypatch.setattr(shipped_smol, "FOLDER", tmp_path / "none")
-    monkeypatch.setattr(shipped_smol, "FALLBACK_VISION_STEPS", 2)
+    monkeypatch.setattr(SMOLLM2, "folder", tmp_path / "none")
+    monkeypatch.setattr(SMOLLM2, "fallback_vision_steps", 2)
     said = []
-    path = shipped_smol.base_path(log=said.append)
+    path = SMOLLM2.path(log=said.append)
     assert len(said) == 1 and "no shipped SmolLM2 base" in said[0] and "score worse" in said[0]
     assert type(load_critic(path)[0]).__name__ == "LlavaForConditionalGeneration"

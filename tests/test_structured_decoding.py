@@ -61,9 +61,8 @@ def test_cached_greedy_text_matches_generate_from_scratch():
 
     from stepcritic.eval.judges.structured import StructuredDecoder
     from stepcritic.train.loading import load_critic
-    from stepcritic.train.tiny.shipped import base_path
 
-    model, processor = load_critic(base_path())  # pretrained: what it writes depends on what it is given
+    model, processor = load_critic("stepcritic:tiny/base")  # pretrained: what it writes depends on what it is given
     decoder = StructuredDecoder(model.eval(), processor, max_explanation_tokens=12)
     prompt_text = processor.apply_chat_template([{"role": "user", "content": "Judge it."}], add_generation_prompt=True,
                                                 tokenize=False)

@@ -90,7 +90,8 @@ def test_the_tiny_text_critic_is_cached_under_its_own_key():
     assert AutoConfig.from_pretrained(path).model_type == "qwen2"
     assert not os.path.exists(os.path.join(path, "processor_config.json"))  # a plain causal-LM checkpoint
     with pytest.raises(ValueError, match="no vision tower"):
-        parse_recipe(os.path.join(TEXT_RECIPES, "prm.yaml"), {"tiny_vision_pretrain_steps": 10})
+        parse_recipe(os.path.join(TEXT_RECIPES, "prm.yaml"),
+                     {"model_name_or_path": "stepcritic:tiny/text,vision_pretrain_steps=10"})
 
 
 def test_the_processor_of_a_text_model_joins_parts_and_refuses_images():
@@ -158,7 +159,7 @@ def test_a_text_model_refuses_a_dataset_with_images_in_one_line(pictured, monkey
     monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     with pytest.raises(ModalityMismatch, match=rf"dataset_path '{data}' \[train\] holds \d+ rows with images "
                                                r"\(first: row 0; build_stats.json: 8 of 8 chains have an image\), "
-                                               r"but the model the tiny text critic .* reads text only"):
+                                               r"but the model 'stepcritic:tiny/text' reads text only"):
         train(parse_recipe(os.path.join(TEXT_RECIPES, "prm.yaml"), dict(dataset_path=data)))
     code = stepcritic(["train", "--config", "tiny-text/prm", "--dataset_path", data, "--dry-run"])
     err = capsys.readouterr().err

@@ -151,8 +151,7 @@ def test_the_tiny_critic_trains_a_step_on_text_only_rows(recipe_name, kind, buil
 
     _, out = built
     argv = ["--dataset_path", out[kind], "--output_dir", str(tmp_path / "run"), "--report_to", "none",
-            "--max_steps", "1", "--tiny_vision_pretrain_steps", "0", "--tiny_base_pretrain_steps", "0",
-            "--tiny_model_size", "small", "--bf16", "false", "--dataloader_num_workers", "0", "--eval_strategy", "no",
+            "--max_steps", "1", "--bf16", "false", "--dataloader_num_workers", "0", "--eval_strategy", "no",
             "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"]
     ran = set()
     hook = torch.nn.modules.module.register_module_forward_hook(lambda module, args, result: ran.add(type(module)))

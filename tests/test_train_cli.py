@@ -311,7 +311,8 @@ def test_every_shipped_recipe_dry_runs_in_seconds_without_loading_a_model(built,
     def loaded(*args, **kwargs):
         raise AssertionError("a dry run built or loaded a model")
 
-    for owner, name in ((model, "build_tiny_critic"), (cache, "tiny_critic_path"), (shipped, "base_path")):
+    for owner, name in ((model, "build_tiny_critic"), (cache, "tiny_critic_path"), *((base, "path") for base in
+                                                                                       shipped.BASES.values())):
         monkeypatch.setattr(owner, name, loaded)
     for owner in (transformers.PreTrainedModel, _BaseAutoModelClass):
         monkeypatch.setattr(owner, "from_pretrained", classmethod(loaded))

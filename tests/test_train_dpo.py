@@ -35,7 +35,7 @@ def test_dpo_continues_the_sft_adapter_against_a_frozen_copy(data, tmp_path):
     assert (sft_dir / "adapter_config.json").is_file()
 
     recipe = parse_recipe(os.path.join(RECIPES, "dpo.yaml"), dict(
-        dataset_path=str(data / "critique-pref"), output_dir=str(tmp_path / "dpo"), tiny_model=False,
+        dataset_path=str(data / "critique-pref"), output_dir=str(tmp_path / "dpo"),
         model_name_or_path=str(sft_dir), learning_rate=1e-2, **STEPS))
     model, processor = common.load_model(recipe)
     sft_adapter = lora(model)

@@ -68,7 +68,8 @@ def test_two_grpo_steps_pass_gold_labels_to_the_reward_and_train(critique_data, 
     recipe = parse_recipe(os.path.join(RECIPES, "grpo.yaml"), dict(
         dataset_path=critique_data, output_dir=str(out), max_steps=2, per_device_train_batch_size=2,
         num_generations=2, max_completion_length=12, logging_steps=1, learning_rate=1e-2, report_to="none",
-        tiny_pretrained_base=False))  # a random model: the pretrained base may sample the same words twice
+        # a random model: the pretrained base may sample the same words twice
+        model_name_or_path="stepcritic:tiny/llava"))
     train(recipe)
     assert calls and all(isinstance(g[0], list) and isinstance(g[0][0], bool) for g, _, _ in calls)
     assert all(r == grpo.UNPARSEABLE_REWARD for _, real, _ in calls for r in real)  # untrained: no JSON yet

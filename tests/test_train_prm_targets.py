@@ -26,7 +26,7 @@ def prm_data(root, fmt, path, **build_options) -> str:
 
 def recipe_for(data, root, **overrides):
     options = dict(dataset_path=data, output_dir=str(root / "run"), max_steps=1, per_device_train_batch_size=4,
-                   logging_steps=1, report_to="none", tiny_vision_pretrain_steps=0)
+                   logging_steps=1, report_to="none")
     return parse_recipe(os.path.join(RECIPES, "prm.yaml"), {**options, **overrides})
 
 

@@ -16,9 +16,8 @@ from stepcritic.data_prep import build, build_rows, contract
 from stepcritic.train import grpo
 from stepcritic.train.config import parse_recipe
 
-# the small random critic: what is under test is the data path, not what the critic learns
-TINY = dict(tiny_vision_pretrain_steps=0, tiny_base_pretrain_steps=0, tiny_model_size="small", report_to="none",
-            dataloader_num_workers=0)
+# what is under test is the data path, not what the critic learns
+TINY = dict(report_to="none", dataloader_num_workers=0)
 
 
 @pytest.fixture(scope="module")

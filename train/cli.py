@@ -18,8 +18,7 @@ import sys
 COMMON_KEYS = (
     ("--dataset_path DIR", "the folder `stepcritic data build` wrote (one dataset kind)"),
     ("--output_dir DIR", "where checkpoints, the trained model and its model card are written"),
-    ("--model_name_or_path M", "the model folder or Hub id to start from (not used with --tiny_model true)"),
-    ("--tiny_model true", "train the offline tiny critic instead: CPU-sized, no model hub"),
+    ("--model_name_or_path M", "the model to start from: a folder, a Hub id, or stepcritic:tiny/base (offline)"),
     ("--max_steps N", "optimizer steps to train; -1 (the default) means --num_train_epochs decides"),
     ("--num_train_epochs E", "passes over the training rows when --max_steps is -1 (default 3)"),
     ("--max_train_samples N", "use at most N training rows"),

@@ -203,9 +203,6 @@ def load_splits(recipe):
 
 def model_name(recipe) -> str:
     """The recipe's model as messages name it."""
-    args = recipe.script_args
-    if args.tiny_model:
-        return f"the tiny {args.tiny_model_arch} critic (tiny_model_arch: {args.tiny_model_arch})"
     return repr(recipe.model_args.model_name_or_path)
 
 

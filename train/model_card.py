@@ -79,18 +79,13 @@ def write_model_card(recipe, output_dir: str, metrics: dict, trainable: int, tot
                      data_summary: dict | None = None) -> str:
     import yaml
 
+    from stepcritic.train.loading import model_source
+
     args = recipe.script_args
-    if args.tiny_model and args.tiny_pretrained_base:
-        on = " on SmolLM2-135M-Instruct" if args.tiny_model_lm == "smollm2" else ""
-        base = f"StepCritic tiny base{on}, pretrained on rendered scenes ({recipe.model_path()})"
-    elif args.tiny_model and args.tiny_model_arch == "text":
-        base = "StepCritic tiny text critic (random init, offline; a Qwen2 causal LM reading text only)"
-    elif args.tiny_model:
-        base = (f"StepCritic tiny critic (random init, offline; vision tower pre-trained "
-                f"{args.tiny_vision_pretrain_steps} steps, language model {args.tiny_base_pretrain_steps} steps on "
-                "rendered scenes)")
-    else:
-        base = recipe.model_args.model_name_or_path
+    base = recipe.model_args.model_name_or_path
+    built = model_source(base)
+    if built is not None:  # a model this package builds: what it is, and the folder it was built into
+        base = f"{base}: {built.describe()} ({recipe.model_path()})"
     data = data_summary or {}
     data_lines = [f"- path: `{args.dataset_path}` (kind `{args.dataset_kind}`)"]
     for key in ("rows", "chains", "sources", "label_balance", "template"):

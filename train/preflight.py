@@ -13,7 +13,7 @@ refuses a folder whose finished model or other files the run would write over, u
 
 `dry_run` is `stepcritic train --config R --dry-run`: everything a run would find out about its recipe and data
 without training, so a user checks a run before renting GPUs. It loads the processor (tokenizer + image
-processor) but never the model's weights, and never builds the offline tiny critic (its processor comes from the
+processor) but never the model's weights, and never builds a `stepcritic:` model (its processor comes from the
 code that builds it), so it takes seconds for every recipe; for a Hub model that is not available offline it says
 the length check was skipped and why.
 """
@@ -68,15 +68,13 @@ def check_dataset_kind(recipe) -> str:
 
 def check_model_path(recipe) -> None:
     """A model named by a local path (absolute, ./, ../ or ~) must exist: said in one line before anything loads.
-    Hub names are left to `from_pretrained` (offline, an uncached name fails there, also as one line). The SmolLM2
-    tiny critic's language model comes from an optional extra: a missing one is said here too."""
-    if recipe.script_args.tiny_model:
-        if recipe.script_args.tiny_model_lm == "smollm2":
-            from stepcritic.train.tiny.smol import gguf_location
-
-            gguf_location()
-        return
+    Hub names are left to `from_pretrained` (offline, an uncached name fails there, also as one line). A model this
+    package builds (`stepcritic:`) may need an optional extra: a missing one is said here too."""
     path = recipe.model_args.model_name_or_path or ""
+    source = loading.model_source(path)
+    if source is not None:
+        source.check()
+        return
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path)
     if looks_local and not os.path.isdir(os.path.expanduser(path)):
         raise ModelNotFound(f"model_name_or_path {path!r}: no such folder")
@@ -315,61 +313,13 @@ def decoded_rows(split, name: str, path: str, max_image_size: int | None) -> tup
     return rows, problems
 
 
-def tiny_note(recipe) -> str:
-    """What a real run does to get the tiny critic, which the dry run itself never builds."""
-    args = recipe.script_args
-    if args.tiny_pretrained_base:
-        if args.tiny_model_lm == "smollm2":
-            from stepcritic.train.tiny import shipped_smol as shipped
-        else:
-            from stepcritic.train.tiny import shipped
-
-        if args.tiny_model_lm == "smollm2" and shipped.shipped_meta() is not None:
-            # its fingerprint needs the scaffold, built from the weights: checked when a real run starts
-            return f"starts from the shipped pretrained base ({shipped.FOLDER}) if it matches the code"
-        reason = shipped.stale_reason()
-        if reason is None:
-            return f"starts from the shipped pretrained base ({shipped.FOLDER})"
-        if args.tiny_model_lm == "smollm2":
-            return (f"{reason}: a real run starts from SmolLM2 with only its vision tower pre-trained (about a "
-                    "minute, cached under $STEPCRITIC_CACHE or ~/.cache/stepcritic)")
-        return (f"{reason}: a real run first builds a short base instead (about 5 minutes on 2 CPU cores, cached "
-                "under $STEPCRITIC_CACHE or ~/.cache/stepcritic)")
-    planned = ((args.tiny_vision_pretrain_steps, "vision"), (args.tiny_base_pretrain_steps, "vision-language"))
-    stages = [f"{steps:,} {what} pre-training steps" for steps, what in planned if steps]
-    return ("a real run builds it first" + (f" ({' + '.join(stages)})" if stages else "")
-            + " unless it is cached under $STEPCRITIC_CACHE or ~/.cache/stepcritic")
-
-
-def tiny_processor(recipe):
-    """The tiny critic's processor, from the shipped base's folder or from the code that builds the critic: the
-    critic itself (minutes of pre-training for some sizes) is never built by a dry run."""
-    from stepcritic.train.tiny import shipped, shipped_smol
-    from stepcritic.train.tiny.model import build_config
-
-    args = recipe.script_args
-    if args.tiny_pretrained_base:
-        base = shipped_smol if args.tiny_model_lm == "smollm2" else shipped
-        usable = base.shipped_meta() is not None if base is shipped_smol else base.stale_reason() is None
-        if usable:  # the processor is saved beside the weights: no model is built
-            from transformers import AutoProcessor
-
-            return AutoProcessor.from_pretrained(str(base.FOLDER))
-        if base is shipped_smol:
-            from transformers import AutoProcessor
-
-            from stepcritic.train.tiny.smol import processor_path
-
-            return AutoProcessor.from_pretrained(processor_path())
-    return build_config(arch=args.tiny_model_arch, size=args.tiny_model_size)[1]
-
-
 def load_processor(recipe):
     """(processor, None) or (None, why it is not available here). Never loads model weights."""
     from transformers.utils import logging as hf_logging
 
-    if recipe.script_args.tiny_model:
-        return tiny_processor(recipe), None
+    built = loading.model_source(recipe.model_args.model_name_or_path)
+    if built is not None:  # from the code or the shipped folder that makes it: a dry run builds nothing
+        return built.processor(), None
     source = recipe.model_path()
     base = loading.adapter_base(source)
     if base is not None and not loading.has_processor(source):
@@ -442,8 +392,8 @@ def processor_problems(recipe, processor) -> list[str]:
 def dry_run(recipe, out=None, err=None) -> int:
     """Validate the recipe and its data, print the plan; 0 when all is well, 2 with one line per problem."""
     args, targs = recipe.script_args, recipe.training_args
-    model = (f"the offline tiny critic (stepcritic.train.tiny, {args.tiny_model_arch}, {args.tiny_model_size})"
-             if args.tiny_model else recipe.model_args.model_name_or_path)
+    built = loading.model_source(recipe.model_args.model_name_or_path)
+    model = recipe.model_args.model_name_or_path + (f": {built.describe()}" if built is not None else "")
     where = "whole model" if args.lora_on_vision else "language model"
     adapter = f"LoRA r={recipe.model_args.lora_r} on the {where}" if recipe.model_args.use_peft else "full fine-tuning"
     text_only = loading.recipe_reads_text_only(recipe)
@@ -542,8 +492,9 @@ def _check_data(recipe, lines: list, problems: list) -> int:
                             f"largest {largest[0]}x{largest[1]} px"
                             + (f" (max_image_size {args.max_image_size})" if args.max_image_size else "")))
 
-    if args.tiny_model:
-        lines.append(("tiny", tiny_note(recipe)))
+    built = loading.model_source(recipe.model_args.model_name_or_path)
+    if built is not None:
+        lines.append(("build", built.plan()))
     processor, why = load_processor(recipe)
     if mismatch:  # the processor cannot encode rows the model cannot read: said once, above
         lines.append(("lengths", "skipped: the data does not suit the model"))

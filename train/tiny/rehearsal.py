@@ -25,7 +25,7 @@ def base_settings() -> dict:
     the question weights of its last phase; the defaults of pre-training when the base is absent."""
     from stepcritic.train.tiny import shipped
 
-    meta = shipped.FOLDER / shipped.META
+    meta = shipped.TINY.folder / shipped.META
     settings = json.loads(meta.read_text()).get("settings", {}) if meta.is_file() else {}
     return {"say_first": bool(settings.get("say_first", True)), "weights": settings.get("question_weights") or ""}
 

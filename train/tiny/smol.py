@@ -75,17 +75,11 @@ def load_tokenizer():
 
 
 def build_processor(tokenizer=None, image_size: int = 96, patch_size: int = 32):
-    """The scaffold's LlavaProcessor: 96 px images, one image token per 32 px patch (grid cell)."""
-    from transformers import LlavaProcessor
-    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+    """The scaffold's LlavaProcessor, the tiny critic's (`model.llava_processor`): 96 px images, one image token per
+    32 px patch (grid cell)."""
+    from stepcritic.train.tiny.model import llava_processor
 
-    from stepcritic.train.tiny.tokenizer import CHAT_TEMPLATE, IMAGE_TOKEN
-
-    return LlavaProcessor(
-        image_processor=SiglipImageProcessorPil(size={"height": image_size, "width": image_size},
-                                                image_mean=[0.5] * 3, image_std=[0.5] * 3),
-        tokenizer=tokenizer or load_tokenizer(), patch_size=patch_size, vision_feature_select_strategy="full",
-        chat_template=CHAT_TEMPLATE, image_token=IMAGE_TOKEN, num_additional_image_tokens=0)
+    return llava_processor(tokenizer or load_tokenizer(), image_size, patch_size)
 
 
 def load_language_model():
@@ -107,36 +101,21 @@ def load_language_model():
 def build_scaffold(out_dir: str | os.PathLike, seed: int = 0, image_size: int = 96, patch_size: int = 32) -> str:
     """Save the untrained tiny-tower + projector + SmolLM2 LLaVA and its processor to `out_dir`."""
     import torch
-    from transformers import (
-        GenerationConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        SiglipVisionConfig,
-    )
+    from transformers import GenerationConfig, LlamaConfig, LlavaForConditionalGeneration
 
-    from stepcritic.train.tiny.model import MODEL_SIZES
-    from stepcritic.train.tiny.tokenizer import IMAGE_TOKEN
+    from stepcritic.train.tiny.model import llava
 
     language, tokenizer = load_language_model()
     # the weights are dequantised on load: the scaffold is a plain float32 checkpoint, not a GGUF-quantised one
     text = {k: v for k, v in language.config.to_dict().items() if k not in ("quantization_config", "_name_or_path")}
-    config = LlavaConfig(
-        vision_config=SiglipVisionConfig(**MODEL_SIZES["small"]["vision"], image_size=image_size,
-                                         patch_size=patch_size),
-        text_config=LlamaConfig(**text),
-        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
-        vision_feature_select_strategy="full",
-        vision_feature_layer=-1,
-        tie_word_embeddings=True,
-    )
+    # the tiny critic's LLaVA (its tower, one image token per grid cell) on SmolLM2
+    config, processor = llava(tokenizer, LlamaConfig(**text), image_size, patch_size)
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config)
     model.model.language_model.load_state_dict(language.model.state_dict())
     model.tie_weights()
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id, max_new_tokens=256)
-    processor = build_processor(tokenizer, image_size, patch_size)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
@@ -153,8 +132,7 @@ def _cached(prefix: str, cache_dir, build, **key) -> str:
     stat = os.stat(os.path.join(folder, name))
     key = json.dumps({"gguf": [name, stat.st_size], "version": SCAFFOLD_VERSION,
                       "transformers": transformers.__version__, **key}, sort_keys=True)
-    # cache.default_cache_dir's rule, not imported: the loader resolves the scaffold through this module, and
-    # cache.py leads back to the loader (cache -> base_pretrain -> loading)
+    # cache.default_cache_dir's rule, not imported: cache.py leads back here (cache -> base_pretrain -> smol)
     root = Path(cache_dir or os.environ.get("STEPCRITIC_CACHE", Path.home() / ".cache" / "stepcritic"))
     target = root / f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     return atomic.build_dir_once(target, build)
