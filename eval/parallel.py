@@ -60,7 +60,7 @@ def rebuilds(judge) -> bool:
 def run_judges(run, load, judges: list, jobs: int, chains: str, limit: int | None, datasets: dict,
                args: tuple) -> dict:
     """`{judge.name: run(judge, dataset, *args)}` for every judge, up to `jobs` of them at once: `run` is
-    `runner.run_judge` and `load` `runner.load_dataset` (handed over, so that this module does not import the
+    `runner.run_judge` and `load` `gold.load_dataset` (handed over, so that this module does not import the
     runner that imports it). `datasets` maps `needs_images` to the loaded chains for the judges asked here; the
     workers load their own, with progress bars off (their bars would interleave)."""
     from concurrent.futures import ProcessPoolExecutor

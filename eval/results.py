@@ -210,7 +210,7 @@ def _only(sec: dict, metrics: list) -> dict:
 
 def step_values(chain: dict, field: str) -> list:
     """Per step of a gold chain, its value of a step breakdown: MiCEval's step type, or the kind of claim it makes
-    (`runner.step_kinds`)."""
+    (`gold.step_kinds`)."""
     return [s.get(STEP_FIELDS[field]) for s in chain["steps"]]
 
 
