@@ -248,7 +248,9 @@ def test_a_failed_rank_stops_every_rank_and_a_rerun_asks_only_what_no_shard_save
 
 def test_a_rank_killed_on_one_node_stops_the_ranks_of_the_other(tmp_path):
     """Two launchers on one host as two nodes of one process each, meeting at a c10d rendezvous: the second
-    node's rank dies, and the first node's, which no launcher of its own would stop, stops within seconds."""
+    node's rank dies, and the first node's, which no launcher of its own would stop, stops within seconds. The first
+    node hosts the rendezvous store, as a job's first node does: were it the dying node's, the first node's launcher
+    would lose the store and kill its rank itself, before the rank could say why."""
     import socket
 
     all_ids = write_chains(str(tmp_path / "chains"), 30)
@@ -263,7 +265,14 @@ def test_a_rank_killed_on_one_node_stops_the_ranks_of_the_other(tmp_path):
                OMP_NUM_THREADS="1", STEPCRITIC_SILENT_TIMEOUT="3", **{LOG: str(tmp_path / "log"), FAIL: "1:3:kill",
                                                                         DELAY: "1.0"})
     logs = [open(tmp_path / f"node{n}.err", "w") for n in range(2)]
-    nodes = [subprocess.Popen(node, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log) for log in logs]
+    nodes = [subprocess.Popen(node, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=logs[0])]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and nodes[0].poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    nodes.append(subprocess.Popen(node, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=logs[1]))
     try:
         codes = [p.wait(timeout=90) for p in nodes]
     finally:
