@@ -76,8 +76,8 @@ def searched(run: Run, specs: dict) -> dict:
     for name in CRITICS:
         kept = d("search", f"sampled-{name}.json")
         if not os.path.exists(kept):
-            run.sc(f"search sampled ({name})", *search_args(specs[name], ["majority", "random", "oracle", "best-of-n",
-                                                                    "weighted"], "search/sampled"))
+            methods = ["majority", "random", "oracle", "best-of-n", "weighted"]
+            run.sc(f"search sampled ({name})", *search_args(specs[name], methods, "search/sampled"))
             shutil.copy(d("search", "sampled", "metrics.json"), kept)
         metrics = json.load(open(kept))
         aggregate = best_aggregate(metrics)
