@@ -9,17 +9,16 @@ one of three dataclasses:
 * the method's trainer config: `trl.SFTConfig` (sft, prm), `trl.DPOConfig` (dpo), `trl.GRPOConfig` (grpo) or
   `RewardModelConfig` (reward, below).
 
-Parsing goes through `transformers.HfArgumentParser`: YAML values are turned into command-line tokens, so YAML
-and `--key value` overrides get exactly the same type conversion (this also reads PyYAML's string `1e-4` as a
-float).  Unknown keys, values of the wrong type and lists given to single-valued keys raise `RecipeError` naming
-the key and the file.
+Parsing goes through TRL's `TrlParser`: the YAML values become the parser's defaults, as TRL's own `--config`
+does, after going through each option's type and choices exactly as a `--key value` override does (this also reads
+PyYAML's string `1e-4` as a float).  Unknown keys, values of the wrong type and lists given to single-valued keys
+raise `RecipeError` naming the key and the file.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import logging
 import os
 import types
@@ -27,7 +26,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import TrainingArguments
 
 from stepcritic.data_prep.contract import HELD_OUT, METHOD_KINDS
 from stepcritic.errors import UserError, missing_extra
@@ -236,23 +235,24 @@ class Recipe:
         return resolve_model(self.model_args.model_name_or_path)
 
 
-class _RecipeParser(HfArgumentParser):
-    """HfArgumentParser that raises RecipeError instead of exiting, and never accepts abbreviated keys."""
+def _recipe_parser(dataclass_types, where: str):
+    """TRL's TrlParser, raising RecipeError instead of exiting and never accepting abbreviated keys."""
+    from trl import TrlParser
 
-    def __init__(self, dataclass_types, where: str):
-        self.where = where
-        super().__init__(dataclass_types, allow_abbrev=False)
+    class RecipeParser(TrlParser):
+        def error(self, message):
+            raise RecipeError(f"{where}: {message}")
 
-    def error(self, message):
-        raise RecipeError(f"{self.where}: {message}")
+    return RecipeParser(dataclass_types, allow_abbrev=False)
 
-    def actions_by_key(self) -> dict[str, argparse.Action]:
-        """The action owning each dataclass field (the first one, not its `--no_<key>` complement)."""
-        actions = {}
-        for action in self._actions:
-            if action.dest != "help":
-                actions.setdefault(action.dest, action)
-        return actions
+
+def _actions_by_key(parser) -> dict[str, argparse.Action]:
+    """The action owning each dataclass field (the first one, not its `--no_<key>` complement)."""
+    actions = {}
+    for action in parser._actions:
+        if action.dest != "help":
+            actions.setdefault(action.dest, action)
+    return actions
 
 
 def _unknown_key_message(key: str, known, where: str) -> str:
@@ -281,35 +281,37 @@ def _as_token(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _to_argv(values: dict, parser: _RecipeParser, dataclass_types, where: str) -> list[str]:
-    """Turn recipe values into `--key value` tokens; nulls and empty lists become parser defaults instead."""
-    actions = parser.actions_by_key()
-    argv: list[str] = []
+def _as_defaults(values: dict, parser, dataclass_types, where: str) -> dict:
+    """Recipe values converted and checked as the command line's tokens are (argparse converts only string
+    defaults and checks no default's choices), for TrlParser's `set_defaults_with_config`."""
+    actions = _actions_by_key(parser)
+    defaults = {}
     for key, value in values.items():
-        action = actions[key]
-        takes_list = action.nargs in ("+", "*")
+        action, tokens = actions[key], None
         declared = _declared_types(dataclass_types, key)
         if value is None:
             if type(None) not in declared:
                 raise RecipeError(f"{where}: `{key}` may not be null")
-            parser.set_defaults(**{key: None})
         elif isinstance(value, list):
             if list not in declared:
                 raise RecipeError(f"{where}: `{key}` takes a single value, got a list {value!r}")
             if any(isinstance(item, (dict, list)) for item in value):
                 raise RecipeError(f"{where}: `{key}` must be a list of plain values, got {value!r}")
-            if takes_list and value:
-                argv += [f"--{key}", *map(_as_token, value)]
-            else:  # `x: str | list[str]` fields (report_to) get a single-valued option, so pass the list as is
-                parser.set_defaults(**{key: value})
+            if action.nargs in ("+", "*") and value:  # `x: str | list[str]` (report_to) keeps its list as it is
+                tokens = value
         elif isinstance(value, dict):
-            # Dict-valued TrainingArguments keys are declared `dict | str` and decode JSON strings themselves.
+            # Dict-valued TrainingArguments keys are declared `dict | str` and take a mapping as it is.
             if action.type is not str:
                 raise RecipeError(f"{where}: `{key}` does not take a mapping, got {value!r}")
-            argv.append(f"--{key}={json.dumps(value)}")
         else:
-            argv.append(f"--{key}={_as_token(value)}")
-    return argv
+            tokens = [value]
+        if tokens is not None:
+            try:
+                value = parser._get_values(action, [_as_token(token) for token in tokens])
+            except argparse.ArgumentError as err:
+                raise RecipeError(f"{where}: {err}") from err
+        defaults[key] = value
+    return defaults
 
 
 def _override_keys(argv: list[str]) -> list[str]:
@@ -326,20 +328,14 @@ def _overridden_method(argv: list[str]) -> str | None:
     return method
 
 
-def _cpu_defaults(given: set[str]) -> tuple[list[str], list[str]]:
+def _cpu_defaults(given: set[str]) -> tuple[dict, list[str]]:
     """On a host without CUDA, pick CPU training unless the recipe decided: TRL's default bf16 fails there."""
     import torch
 
     if torch.cuda.is_available():
-        return [], []
-    argv, notes = [], []
-    if "use_cpu" not in given:
-        argv.append("--use_cpu=true")
-        notes.append("no CUDA device: use_cpu=true")
-    if "bf16" not in given:
-        argv.append("--bf16=false")
-        notes.append("no CUDA device: bf16=false")
-    return argv, notes
+        return {}, []
+    defaults = {key: value for key, value in (("use_cpu", True), ("bf16", False)) if key not in given}
+    return defaults, [f"no CUDA device: {key}={_as_token(value)}" for key, value in defaults.items()]
 
 
 def _launcher_overrides(env) -> tuple[list[str], list[str]]:
@@ -352,6 +348,7 @@ def _launcher_overrides(env) -> tuple[list[str], list[str]]:
 
 
 def _load_yaml(path: Path) -> dict:
+    """Read here, not by TrlParser's `--config`: the method picks the parser's dataclasses before one exists."""
     import yaml
 
     try:
@@ -456,9 +453,9 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
     if method not in METHODS:
         raise RecipeError(f"{where}: `method` must be one of {', '.join(METHODS)}, got {method!r}")
     dataclass_types = [StepCriticArgs, ModelConfig, trainer_config_class(method)]
-    parser = _RecipeParser(dataclass_types, where)
+    parser = _recipe_parser(dataclass_types, where)
 
-    known_keys = parser.actions_by_key()
+    known_keys = _actions_by_key(parser)
     for key in [*values, *override_values]:
         if key not in known_keys:
             source = path if key in values else "override"
@@ -469,16 +466,17 @@ def parse_recipe(path: str | Path, overrides: list[str] | dict | None = None) ->
 
     overridden = {*override_values, *(key.replace("-", "_") for key in _override_keys(override_argv))}
     given = {*values, *overridden}
-    cpu_argv, adjustments = _cpu_defaults(given)
-    argv = (
-        cpu_argv
-        # YAML keys that a mapping override replaces are dropped: a null override must not lose to the YAML.
-        + _to_argv({k: v for k, v in values.items() if k not in override_values}, parser, dataclass_types, str(path))
-        + _to_argv(override_values, parser, dataclass_types, "override")
-        + override_argv
-    )
+    cpu_defaults, adjustments = _cpu_defaults(given)
+    # The file and a mapping of overrides are the parser's defaults, as TrlParser puts in a config file; a list of
+    # overrides is its command line. YAML keys that a mapping override replaces are dropped unread.
+    parser.set_defaults_with_config(**{
+        **cpu_defaults,
+        **_as_defaults({k: v for k, v in values.items() if k not in override_values}, parser, dataclass_types,
+                       str(path)),
+        **_as_defaults(override_values, parser, dataclass_types, "override"),
+    })
     launcher_argv, launcher_notes = _launcher_overrides(os.environ)
-    argv += launcher_argv
+    argv = override_argv + launcher_argv
     adjustments += launcher_notes
     parsed = parser.parse_known_args(argv)[0]
     problem = first_senseless_value(method, parsed) or missing_extra_of(parsed)
