@@ -159,7 +159,7 @@ def test_an_adapter_folder_continues_its_adapters(fresh, tmp_path):
 
     from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny.base_pretrain import _load_adapter
-    from stepcritic.train.tiny.smol import add_lora
+    from stepcritic.train.tiny.model import add_lora
 
     trained = add_lora(load_critic(fresh)[0], rank=4)
     with torch.no_grad():

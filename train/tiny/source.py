@@ -59,7 +59,7 @@ class TinySource:
 
             return BASES[SHIPPED[self.kind]].path()
         if self.kind == SCAFFOLD:
-            from stepcritic.train.tiny.smol import scaffold_path
+            from stepcritic.train.tiny.model import scaffold_path
 
             return scaffold_path()
         from stepcritic.train.tiny.cache import tiny_critic_path
@@ -73,7 +73,7 @@ class TinySource:
     def check(self) -> None:
         """Raise `MissingExtra` (one line) when what the model is made of is not installed."""
         if self.on_smollm2:
-            from stepcritic.train.tiny.smol import gguf_location
+            from stepcritic.train.tiny.model import gguf_location
 
             gguf_location()
 
@@ -88,9 +88,9 @@ class TinySource:
             if base.usable_for_processor():  # the processor is saved beside the weights
                 return AutoProcessor.from_pretrained(str(base.folder))
         if self.on_smollm2:
-            from stepcritic.train.tiny.smol import processor_path
+            from stepcritic.train.tiny.model import scaffold_processor_path
 
-            return AutoProcessor.from_pretrained(processor_path())
+            return AutoProcessor.from_pretrained(scaffold_processor_path())
         from stepcritic.train.tiny.model import build_config
 
         return build_config(arch=self.arch, size=self.size)[1]
