@@ -100,14 +100,15 @@ def test_plots_draw_an_undefined_value_as_a_dash_not_a_bar_of_zero(monkeypatch, 
     import math
 
     from stepcritic.eval import plots
+    from stepcritic.eval.tasks import critique
 
     figures = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig))
     step = {"precision": None, "recall": None, "f1": None}  # a reward model: no step verdicts
     metrics = {"judges": {"rm": {"overall": {"critique": {"step": step, "correlation": {}}}},
                           "ok": {"overall": {"critique": {"step": {"precision": 0.5, "recall": 0.5, "f1": 0.5},
                                                           "correlation": {}}}}}}
-    assert plots.step_prf(metrics, str(tmp_path / "prf.png"))
+    assert critique.TASK.plots["step_prf"](metrics, str(tmp_path / "prf.png"))
     ax = figures[0].axes[0]
     heights = [patch.get_height() for patch in ax.patches]
     assert sum(math.isnan(h) for h in heights) == 3 and sorted(h for h in heights if not math.isnan(h)) == [50] * 3

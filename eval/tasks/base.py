@@ -46,6 +46,9 @@ class Task:
     options: tuple = ()  # the command-line options that serve this task alone (`check_options`)
     # (config) -> its settings in `results.JudgeData.settings`, under the task's name
     settings: Callable | None = None
+    # by plot name, the figure (`eval/plots.py`): (metrics.json's content, the PNG's path) -> False when the metrics
+    # hold nothing to draw; the name is the file's, `plots/NAME.png`, so it is unique across tasks
+    plots: dict = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,12 @@ METRICS: dict[str, Metric] = {}
 
 
 def register(task: Task, metrics: list[Metric]) -> Task:
-    """Add a task and its metrics to the registry; a name taken twice, or a metric of another task, is a bug."""
+    """Add a task and its metrics to the registry; a name taken twice (task, metric or plot), or a metric of another
+    task, is a bug."""
     if task.name in TASKS:
         raise RuntimeError(f"task {task.name!r} is registered twice")
+    if any(name in t.plots for t in TASKS.values() for name in task.plots):
+        raise RuntimeError(f"task {task.name!r}: plot names must be unique, each names its file")
     for m in metrics:
         if m.task != task.name or m.name in METRICS:
             raise RuntimeError(f"metric {m.name!r}: metric names must be unique and every metric must belong to the "

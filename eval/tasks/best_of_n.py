@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stepcritic.eval import best_of_n as BON
-from stepcritic.eval import tables
+from stepcritic.eval import plots, tables
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_QUESTIONS = "no question has two or more chains with a known answer label"
@@ -84,8 +84,41 @@ def render(metrics: dict, overall: dict) -> list[str]:
     return parts + [""]
 
 
+def best_of_n(metrics: dict, path: str) -> bool:
+    """Accuracy of the picked answer against N: every judge's selectors, and random pick, majority vote and the
+    oracle (the same for every judge, drawn once)."""
+    sections = {name: r["overall"]["best-of-n"] for name, r in metrics["judges"].items()
+                if (r["overall"].get("best-of-n") or {}).get("ns")}
+    if not sections:
+        return False
+    plt = plots.pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    first = next(iter(sections.values()))
+    ns = first["ns"]
+    markers = {"chain": "o", "min": "v", "mean": "s", "last": "^"}
+    for k, (name, sec) in enumerate(sections.items()):
+        for selector in BON.SELECTORS:
+            values = [sec["curve"][selector].get(str(n)) for n in ns]
+            if any(v is not None for v in values):
+                ax.plot(ns, [float("nan") if v is None else 100 * v for v in values], marker=markers[selector],
+                        color=f"C{k % 10}", linewidth=1.2, label=f"{name} {selector}")
+    for ref, style in zip(BON.REFERENCES, ("--", "-.", ":")):
+        ax.plot(ns, [float("nan") if v is None else 100 * v for v in (first["curve"][ref].get(str(n)) for n in ns)],
+                style, color="black", linewidth=1, label=ref)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.set_xlabel("N (candidate chains per question)")
+    ax.set_ylabel("accuracy of the picked answer x100")
+    ax.set_ylim(0, 100)
+    ax.set_title("Best-of-N")
+    ax.legend(fontsize=6, ncol=2)
+    plots.save(fig, path)
+    return True
+
+
 TASK = register(Task(
     "best-of-n", "critiques", "the chain each judge scores highest among N candidates of a question, against random "
     "pick, majority vote and the oracle, for N = 1, 2, 4, ... (PRM best-of-N selection)",
     section=section, statistics={"bon_chain": chain_accuracy}, render=render, place=80,
+    plots={"best_of_n": best_of_n},
 ), METRICS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stepcritic.eval import correction as C
 from stepcritic.eval import metrics as M
-from stepcritic.eval import tables
+from stepcritic.eval import plots, tables
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_CORRECTOR = "the judge has no corrector (give --corrector, or use a generative judge)"
@@ -80,11 +80,34 @@ def ask_after(config, gold: list[dict], runs: dict, chain_at):
     return {name: {"corrections": c} for name, c in corrections.items()}, block
 
 
+def correction(metrics: dict, path: str) -> bool:
+    """VISCO's PCR and NCR (x100) per judge, after the gold critique and after its own; "–" where undefined."""
+    sections = {name: r["overall"]["correction"] for name, r in metrics["judges"].items()
+                if "correction" in r["overall"]}
+    if not sections:
+        return False
+    plt = plots.pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(sections)), 3.6))
+    bars = [(setting, rate) for setting in ("gold", "own") for rate in ("pcr", "ncr")]
+    width = 0.8 / len(bars)
+    for k, (setting, rate) in enumerate(bars):
+        xs = [i + (k - (len(bars) - 1) / 2) * width for i in range(len(sections))]
+        plots.bars(ax, xs, [None if sec[setting][rate] is None else 100 * sec[setting][rate]
+                            for sec in sections.values()], width, f"{rate.upper()} ({setting} critique)")
+    ax.set_xticks(range(len(sections)), list(sections), rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("x100")
+    ax.set_title("Correction (PCR: wrong made right; NCR: right made wrong)")
+    ax.legend(fontsize=7)
+    plots.save(fig, path)
+    return True
+
+
 TASK = register(Task(
     "correction", "corrections", "a corrector revises each chain's answer given the gold critique and given the "
     "judge's own: PCR, NCR and correction gain (VISCO Sec. 3.1.2)",
     # opt-in: two corrector requests per chain and judge, and a corrector to name
     default=False, section=section, statistics={"correction_own_gain": own_gain}, render=render, place=90,
-    ask_after=ask_after, images=True, options=("--corrector",),
+    ask_after=ask_after, images=True, options=("--corrector",), plots={"correction": correction},
     check=lambda config: C.check(config.judges, config.corrector),
 ), METRICS)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from stepcritic.eval import metrics as M
+from stepcritic.eval import plots, tables
 from stepcritic.eval import sweep as S
-from stepcritic.eval import tables
 from stepcritic.eval.tasks.base import Metric, Task, register
 
 NO_VERDICTS = "the judge gives no step verdicts, or no scored step is incorrect"
@@ -229,12 +229,128 @@ def render(metrics: dict, overall: dict) -> list[str]:
             tables.leaderboard(overall, tasks, metrics["matcher"], tables.columns(tasks, "sweep")), ""]
 
 
+def _critiques(metrics: dict) -> dict:
+    return {name: r["overall"]["critique"] for name, r in metrics["judges"].items() if "critique" in r["overall"]}
+
+
+def step_prf(metrics: dict, path: str) -> bool:
+    critiques = _critiques(metrics)
+    if not critiques:
+        return False
+    plt = plots.pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(critiques)), 3.5))
+    width = 0.8 / 3
+    for k, label in enumerate(("precision", "recall", "f1")):
+        xs = [i + (k - 1) * width for i in range(len(critiques))]
+        plots.bars(ax, xs, [None if c["step"][label] is None else 100 * c["step"][label] for c in critiques.values()],
+                   width, label)
+    ax.set_xticks(range(len(critiques)), list(critiques), rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("x100 (incorrect step = positive)")
+    ax.set_title("Step-level critique")
+    ax.legend(fontsize=8)
+    plots.save(fig, path)
+    return True
+
+
+def confusion(metrics: dict, path: str) -> bool:
+    critiques = _critiques(metrics)
+    if not critiques:
+        return False
+    plt = plots.pyplot()
+    fig, axes = plt.subplots(1, len(critiques), figsize=(3.2 * len(critiques), 3.2), squeeze=False)
+    for ax, (name, c) in zip(axes[0], critiques.items()):
+        cm = c["confusion"]
+        table = [[cm["tn"], cm["fp"]], [cm["fn"], cm["tp"]]]  # rows: gold correct / incorrect
+        ax.imshow(table, cmap="Blues")
+        dark = max(max(row) for row in table) / 2
+        for i in range(2):
+            for j in range(2):
+                ax.text(j, i, str(table[i][j]), ha="center", va="center",
+                        color="white" if table[i][j] > dark else "black")
+        ax.set_xticks([0, 1], ["judged ok", "flagged"])
+        ax.set_yticks([0, 1], ["gold ok", "gold wrong"])
+        ax.set_title(name, fontsize=8)
+    plots.save(fig, path)
+    return True
+
+
+def somers_d(metrics: dict, path: str) -> bool:
+    critiques = _critiques(metrics)
+    if not critiques:
+        return False
+    # a level no judge has a value at (RPTS without premise annotations, say) would only draw empty bars
+    levels = sorted({level for c in critiques.values() for level, corr in c["correlation"].items()
+                     if corr.get("d") is not None})
+    if not levels:
+        return False
+    plt = plots.pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(critiques)), 3.5))
+    width = 0.8 / len(levels)
+    for k, level in enumerate(levels):
+        xs = [i + (k - (len(levels) - 1) / 2) * width for i in range(len(critiques))]
+        plots.bars(ax, xs, [(c["correlation"].get(level) or {}).get("d") for c in critiques.values()], width, level)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(critiques)), list(critiques), rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(-1, 1)
+    ax.set_ylabel("Somers' D (judge | human)")
+    ax.legend(fontsize=8)
+    plots.save(fig, path)
+    return True
+
+
+def calibration(metrics: dict, path: str) -> bool:
+    curves = {name: c["calibration"] for name, c in _critiques(metrics).items()
+              if (c.get("calibration") or {}).get("brier") is not None}
+    if not curves:
+        return False
+    plt = plots.pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="perfect")
+    for name, curve in curves.items():
+        ax.plot(curve["mean_predicted"], curve["fraction_incorrect"], marker="o",
+                label=f"{name} (Brier {curve['brier']:.3f})")
+    ax.set_xlabel("predicted P(step incorrect)")
+    ax.set_ylabel("observed share incorrect")
+    ax.set_title("Calibration")
+    ax.legend(fontsize=7)
+    plots.save(fig, path)
+    return True
+
+
+def threshold_sweep(metrics: dict, path: str) -> bool:
+    """Step F1 against the threshold on P(incorrect), each judge's test chains (solid) and dev chains (dashed), a
+    dotted line at the threshold the dev chains chose."""
+    curves = {name: c["step"]["sweep"] for name, c in _critiques(metrics).items()
+              if (c["step"].get("sweep") or {}).get("curve")}
+    if not curves:
+        return False
+    plt = plots.pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k, (name, sweep) in enumerate(curves.items()):
+        color = f"C{k % 10}"
+        curve = sweep["curve"]
+        for part, style in (("test", "-"), ("dev", "--")):
+            ax.plot(curve["thresholds"], [float("nan") if v is None else 100 * v for v in curve[part]], style,
+                    color=color, label=f"{name} ({part})", linewidth=1.2)
+        ax.axvline(sweep["threshold"], color=color, linestyle=":", linewidth=1)
+    ax.set_xlabel("threshold on P(step incorrect) = 1 - step score")
+    ax.set_ylabel("step F1 x100")
+    ax.set_ylim(0, 100)
+    ax.set_title("Threshold sweep (dotted: chosen on dev)")
+    ax.legend(fontsize=7)
+    plots.save(fig, path)
+    return True
+
+
 TASK = register(Task(
     "critique", "critiques", "every step of every chain judged (VISCO's critique, MiCEval's correlations)",
     section=section, steps=True,
     statistics={"step_f1": step_f1, "step_auroc": step_auroc, "answer_f1": answer_f1, "viscore": viscore,
                 "invalid_rate": invalid_rate},
     render=render, place=70,
+    plots={"step_prf": step_prf, "confusion": confusion, "somers_d": somers_d, "calibration": calibration,
+           "threshold_sweep": threshold_sweep},
     diagnostics="Flagged % vs gold incorrect %: VISCO's reluctance to say \"incorrect\". Propagation bias: odds "
                 "ratio of flagging after an earlier flag, judge over gold (1 ideal, > 1 = assumes errors propagate). "
                 "Brier: calibration of p_incorrect (lower is better).",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stepcritic.eval import metrics as M
+from stepcritic.eval import plots
 from stepcritic.eval import shiftcheck as SC
 from stepcritic.eval.tasks.base import Metric, Task, register
 
@@ -49,8 +50,34 @@ def render(metrics: dict, overall: dict) -> list[str]:
             "correct chain):", *lines, ""]
 
 
+def shiftcheck_positions(metrics: dict, path: str) -> bool:
+    """Where each judge's picks land on failed ShiftCheck questions (flat = no position preference)."""
+    dists = {}
+    for name, r in metrics["judges"].items():
+        by_n = (r["overall"].get("shiftcheck") or {}).get("position_distribution_by_n_options") or {}
+        if by_n:
+            n = max(by_n, key=int)
+            dists[f"{name} ({n} options)"] = by_n[n]
+    if not dists:
+        return False
+    plt = plots.pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(dists)), 3.5))
+    letters = sorted({letter for d in dists.values() for letter in d})
+    width = 0.8 / len(letters)
+    for k, letter in enumerate(letters):
+        xs = [i + (k - (len(letters) - 1) / 2) * width for i in range(len(dists))]
+        ax.bar(xs, [d.get(letter, 0) for d in dists.values()], width, label=letter)
+    ax.set_xticks(range(len(dists)), list(dists), rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("% of picks")
+    ax.set_title("ShiftCheck position of picks (failed questions)")
+    ax.legend(title="position", fontsize=8)
+    plots.save(fig, path)
+    return True
+
+
 TASK = register(Task(
     "shiftcheck", "picks", "\"which chain is best?\" asked under every circular shift of the options (CMMU)",
     section=section, statistics={"circular_accuracy": circular_accuracy}, render=render, place=20,
+    plots={"shiftcheck_positions": shiftcheck_positions},
     questions=lambda gold: SC.shifted_questions(SC.shiftcheck_questions(gold)),
 ), METRICS)
