@@ -15,22 +15,24 @@ import os
 import time
 from collections import namedtuple
 
-# sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install) and --quick (target < 3 min, used
-# by a test), both from the shipped pretrained base (stepcritic/train/tiny/base). The full plan spends its minutes on
-# steps rather than tokens: brief rows batched by length, 12,800 training chains so that each row is seen once, and
-# 800 writer steps that bfloat16 pays for (docs/tiny-critic.md has the measurements behind each).
+# sizes: full demo (target < 15 min on 2 CPU cores without bfloat16 or AVX-512, `make demo` with its install) and
+# --quick (target < 3 min, used by a test), both from the shipped pretrained base (stepcritic/train/tiny/base). Every
+# CPU trains in float32: a PRM trained in bfloat16 autocast judged relation steps worse on fresh chains, so one
+# path gives the same critic everywhere. The full plan spends its minutes on steps rather than tokens: brief rows
+# batched by length, each training row seen once, and 300 writer steps from the PRM (docs/tiny-critic.md has the
+# measurements behind each).
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own.
 # SIZES: without size claims wrong about half of the time (`train_fault_rates`), the base's own scene questions
 # rehearsed beside the PRM's rows (`rehearsal_rows`) and a gentler learning rate than the recipe's 1e-3
 # (`prm_learning_rate`), the PRM writes a size claim's note from the claim's words instead of the picture
-# (docs/tiny-critic.md#sizes-need-rehearsal-a-gentler-learning-rate-and-size-claims-wrong-half-the-time). Its 1,920
+# (docs/tiny-critic.md#sizes-need-rehearsal-a-gentler-learning-rate-and-size-claims-wrong-half-the-time). Its 1,440
 # steps see each PRM row and each rehearsed row once.
 SIZES = {"train_fault_rates": "bigger=0.75", "rehearsal_weights": "relation=3,bigger=6,where=2",
          "prm_learning_rate": 7e-4}
 PLANS = {
-    "full": {"n_train": 12800, "n_test": 200, "prm_steps": 1920, "sft_steps": 800, "dpo_steps": 10, "batch": 8,
-             "train_error_rate": None, "rehearsal_rows": 3200, **SIZES},
+    "full": {"n_train": 9600, "n_test": 200, "prm_steps": 1440, "sft_steps": 300, "dpo_steps": 10, "batch": 8,
+             "train_error_rate": None, "rehearsal_rows": 2400, **SIZES},
     "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4,
               "train_error_rate": None, "rehearsal_rows": 40, **SIZES},
 }
@@ -58,20 +60,6 @@ BASES = {"tiny": Base("tiny", "", "claims-said", "prm_brief", "critique_brief", 
 # `grouped`: both critics' SFT draws batches of rows of about one length (`train/length_groups.py`); randomly drawn,
 # the tiny demo's rows padded hold 1.22 (PRM) and 1.40 (critique) times their tokens
 GROUPED = {"train_sampling_strategy": "group_by_length"}
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes in bfloat16 natively (avx512_bf16 or AMX). There bfloat16 autocast trains the tiny
-    critics 1.25 to 1.4 times as fast as float32 (docs/tiny-critic.md); elsewhere it is emulated, slower than
-    float32, so the demo keeps float32 (the recipes' `bf16: false`)."""
-    import torch
-
-    # torch capped below AVX-512 (ATEN_CPU_CAPABILITY=avx2, as on most CPUs) runs bfloat16 emulated
-    if not getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "AVX512")().startswith("AVX512"):
-        return False
-    cpu = getattr(torch, "cpu", None)
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(cpu, probe, lambda: False)()) for probe in probes)
 
 
 # the demo's claims: (name, what is measured, threshold); `targets` checks each against metrics.json
@@ -245,9 +233,6 @@ def main(args: argparse.Namespace) -> int:
     common = {"per_device_train_batch_size": plan["batch"], "seed": args.seed, "report_to": "none",
               "save_strategy": "no"}
     grouped = GROUPED if base_kind.grouped else {}
-    if cpu_has_bf16():  # SmolLM2's recipes already say so
-        common["bf16"] = True
-        print("  training in bfloat16 autocast (this CPU has bfloat16 instructions)")
     rehearsed = {"rehearsal_path": os.path.join(data, "rehearsal")} if plan["rehearsal_rows"] else {}
     if plan["prm_learning_rate"]:
         rehearsed["learning_rate"] = plan["prm_learning_rate"]

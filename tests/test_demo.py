@@ -112,7 +112,7 @@ def test_bfloat16_only_where_the_cpu_computes_in_it(monkeypatch):
     # emulated bfloat16 is slower than float32: a CPU without the instructions must keep the recipes' float32
     import torch
 
-    from stepcritic.demo import cpu_has_bf16
+    from stepcritic.train.common import cpu_has_bf16
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)

@@ -58,7 +58,7 @@ def test_base_pretraining_on_smollm2_trains_adapters_and_leaves_the_language_mod
     matrices, the projector and the tower (a few MB), and the 135M language-model weights are untouched."""
     import torch
 
-    from stepcritic.demo import cpu_has_bf16
+    from stepcritic.train.common import cpu_has_bf16
     from stepcritic.train.loading import load_critic
     from stepcritic.train.tiny.base_pretrain import SceneConversations, pretrain_base
 
