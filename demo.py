@@ -15,24 +15,23 @@ import os
 import time
 from collections import namedtuple
 
-# sizes: full demo (target < 15 min on 2 CPU cores without bfloat16 or AVX-512, `make demo` with its install) and
-# --quick (target < 3 min, used by a test), both from the shipped pretrained base (stepcritic/train/tiny/base). Every
-# CPU trains in float32: a PRM trained in bfloat16 autocast judged relation steps worse on fresh chains, so one
-# path gives the same critic everywhere. The full plan spends its minutes on steps rather than tokens: brief rows
-# batched by length, each training row seen once, and 300 writer steps from the PRM (docs/tiny-critic.md has the
-# measurements behind each).
+# sizes: full demo (target < 15 min on 2 CPU cores, `make demo` with its install; met where the CPU trains in
+# bfloat16, not in float32) and --quick (target < 3 min, used by a test), both from the shipped pretrained base
+# (stepcritic/train/tiny/base). The full plan spends its minutes on steps rather than tokens: brief rows batched by
+# length, 12,800 training chains so that each row is seen once, and 800 writer steps (docs/tiny-critic.md has the
+# measurements behind each, and what fewer steps cost).
 # `train_error_rate`: the share of wrong steps in the training chains (`data synth --error-rate`; None: the
 # generator's own, about 0.3); the held-out chains keep the generator's own.
 # SIZES: without size claims wrong about half of the time (`train_fault_rates`), the base's own scene questions
 # rehearsed beside the PRM's rows (`rehearsal_rows`) and a gentler learning rate than the recipe's 1e-3
 # (`prm_learning_rate`), the PRM writes a size claim's note from the claim's words instead of the picture
-# (docs/tiny-critic.md#sizes-need-rehearsal-a-gentler-learning-rate-and-size-claims-wrong-half-the-time). Its 1,440
+# (docs/tiny-critic.md#sizes-need-rehearsal-a-gentler-learning-rate-and-size-claims-wrong-half-the-time). Its 1,920
 # steps see each PRM row and each rehearsed row once.
 SIZES = {"train_fault_rates": "bigger=0.75", "rehearsal_weights": "relation=3,bigger=6,where=2",
          "prm_learning_rate": 7e-4}
 PLANS = {
-    "full": {"n_train": 9600, "n_test": 200, "prm_steps": 1440, "sft_steps": 300, "dpo_steps": 10, "batch": 8,
-             "train_error_rate": None, "rehearsal_rows": 2400, **SIZES},
+    "full": {"n_train": 12800, "n_test": 200, "prm_steps": 1920, "sft_steps": 800, "dpo_steps": 10, "batch": 8,
+             "train_error_rate": None, "rehearsal_rows": 3200, **SIZES},
     "quick": {"n_train": 300, "n_test": 24, "prm_steps": 30, "sft_steps": 10, "dpo_steps": 2, "batch": 4,
               "train_error_rate": None, "rehearsal_rows": 40, **SIZES},
 }
@@ -183,6 +182,29 @@ def summary_lines(targets: list[dict]) -> list[str]:
             for t in targets]
 
 
+def stage_overrides(plan: dict, seed: int, base_kind: Base) -> dict:
+    """The recipe settings every training stage of the demo shares (DPO's pairs are not batched by length), with
+    bfloat16 autocast where the CPU computes in it (SmolLM2's recipes already ask for it)."""
+    from stepcritic.train.common import cpu_has_bf16
+
+    return {"per_device_train_batch_size": plan["batch"], "seed": seed, "report_to": "none", "save_strategy": "no",
+            **({"bf16": True} if cpu_has_bf16() else {})}
+
+
+def prm_overrides(plan: dict, seed: int, base_kind: Base, data: str, output_dir: str,
+                  rehearsal: str | None = None) -> dict:
+    """The PRM stage's recipe settings: its rows in `data`, the rehearsed rows in `rehearsal` (default
+    `data/rehearsal`) when the plan rehearses."""
+    extra = {}
+    if plan["rehearsal_rows"]:
+        extra["rehearsal_path"] = rehearsal or os.path.join(data, "rehearsal")
+    if plan["prm_learning_rate"]:
+        extra["learning_rate"] = plan["prm_learning_rate"]
+    extra.update(GROUPED if base_kind.grouped else {})
+    return {**stage_overrides(plan, seed, base_kind), "dataset_path": os.path.join(data, "prm-sft"),
+            "output_dir": output_dir, "max_steps": plan["prm_steps"], **extra}
+
+
 def synthesise(plan: dict, seed: int, data: str) -> None:
     """Training chains at the plan's error rate (None: the generator's own), held-out chains always at the
     generator's own: a critic trained on more wrong steps is still judged on the standard mix."""
@@ -203,7 +225,7 @@ def main(args: argparse.Namespace) -> int:
     base_kind = BASES[args.base]
     folder, judged, notes = base_kind.folder, base_kind.judged, base_kind.notes
     plans = SMOL_PLANS if args.base == "smollm2" else PLANS
-    plan = dict(plans["quick" if args.quick else "full"], level=args.level, base=args.base)
+    plan = dict(plans["quick" if args.quick else "full"], level=args.level, base=args.base, seed=args.seed)
     out = os.path.abspath(args.out)
     data, models = os.path.join(out, "data"), os.path.join(out, "models")
     stages = Stages()
@@ -230,20 +252,15 @@ def main(args: argparse.Namespace) -> int:
             print(f"  rehearsal: {plan['rehearsal_rows']} rows of the base's scene questions")
     stages.run("build datasets", build_all)
 
-    common = {"per_device_train_batch_size": plan["batch"], "seed": args.seed, "report_to": "none",
-              "save_strategy": "no"}
-    grouped = GROUPED if base_kind.grouped else {}
-    rehearsed = {"rehearsal_path": os.path.join(data, "rehearsal")} if plan["rehearsal_rows"] else {}
-    if plan["prm_learning_rate"]:
-        rehearsed["learning_rate"] = plan["prm_learning_rate"]
-    prm_dir = stages.run("train PRM critic", _train, "prm.yaml", folder, dict(
-        common, dataset_path=os.path.join(data, "prm-sft"), output_dir=os.path.join(models, "prm"),
-        max_steps=plan["prm_steps"], **grouped, **rehearsed))
+    common = stage_overrides(plan, args.seed, base_kind)
+    print(f"  training in {'bfloat16 autocast' if common.get('bf16') else 'float32'}")
+    prm_dir = stages.run("train PRM critic", _train, "prm.yaml", folder,
+                         prm_overrides(plan, args.seed, base_kind, data, os.path.join(models, "prm")))
     start = {"model_name_or_path": prm_dir} if base_kind.writer_from_prm else {}
     sft_dir = stages.run("train critique SFT" + (" (from the PRM)" if start else ""), _train, "critique-sft.yaml",
                          folder, dict(common, dataset_path=os.path.join(data, "critique-sft"),
                                       output_dir=os.path.join(models, "critique-sft"), max_steps=plan["sft_steps"],
-                                      **grouped, **start))
+                                      **(GROUPED if base_kind.grouped else {}), **start))
     dpo_dir = stages.run("train critique DPO (from the SFT critic)", _train, "dpo.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "critique-pref"), output_dir=os.path.join(models, "critique-dpo"),
         model_name_or_path=sft_dir, max_steps=plan["dpo_steps"],
