@@ -212,6 +212,39 @@ def test_said_first_batches_supervise_the_reading_as_well_as_the_answer(fresh):
         (plain["labels"] == -100).sum() - (plain["attention_mask"] == 0).sum()  # the prompts are the same length
 
 
+def test_the_scenes_a_base_saw_are_drawn_again_phase_by_phase(fresh, monkeypatch):
+    # fresh chains are judged only on scenes pre-training never showed: the replay must be what the batches drew
+    from transformers import AutoProcessor
+
+    from stepcritic.train.tiny import scene_qa, vision_pretrain
+    from stepcritic.train.tiny.base_pretrain import SceneConversations, excluded_scenes, scene_key, scenes_seen
+
+    first = {"steps": 4, "vision_steps": 1, "batch_size": 2, "seed": 3, "induction_steps": 1, "say_first": True,
+             "question_weights": ""}
+    later = dict(first, question_weights="relation=3")
+    record = {"settings": later, "steps": 4, "phases": [{"from_step": 0, "settings": first},
+                                                        {"from_step": 2, "settings": later}]}
+    drawn, real = [], scene_qa.conversation
+
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        drawn.append(scene_key(out[2]))
+        return out
+    monkeypatch.setattr(scene_qa, "conversation", recording)
+    processor = AutoProcessor.from_pretrained(fresh)
+    for step, weights in ((1, None), (2, {"relation": 3}), (3, {"relation": 3})):
+        SceneConversations(processor, 3, 96, exclude=excluded_scenes(), weights=weights, say_first=True).batch(
+            step, 2, steps=4)
+    monkeypatch.setattr(scene_qa, "conversation", real)
+    vision = {scene_key(items) for items in vision_pretrain.draw_scenes(random.Random(3), vision_pretrain.BATCH)}
+    seen = scenes_seen(record)
+    kept = set(drawn) - excluded_scenes()  # a held-out chain's scene drawn was passed over, as in training
+    assert kept <= seen and vision <= seen and len(kept) == 6
+    assert seen == vision | kept  # nothing else: not the induction step's word lists
+    other = dict(record, phases=[{"from_step": 0, "settings": first}])  # one phase: steps 2-3 draw other questions
+    assert scenes_seen(other) != seen
+
+
 def test_a_run_resumed_with_other_settings_records_each_phase_from_its_first_step(tmp_path):
     # the card of a base resumed with heavier question weights must say which steps saw which weights
     from stepcritic.train.tiny.base_pretrain import RECORD, phases

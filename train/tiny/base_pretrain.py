@@ -67,6 +67,31 @@ def excluded_scenes(seeds=HELD_OUT_SEEDS, n: int = HELD_OUT_CHAINS) -> frozenset
     return frozenset(keys)
 
 
+def scenes_seen(record: dict) -> set:
+    """The keys of every scene the base that `record` describes (its `stepcritic_base.json`) was trained on, drawn
+    again phase by phase: the vision tower's scenes and the conversations' (about two minutes: each is rendered)."""
+    from stepcritic.train.tiny import scene_qa, vision_pretrain
+
+    settings = record["settings"]
+    keys = {scene_key(items) for items in vision_pretrain.scenes_seen(settings["vision_steps"], settings["seed"])}
+    phases = record.get("phases") or [{"from_step": 0, "settings": settings}]
+    exclude = excluded_scenes()
+    for k, phase in enumerate(phases):
+        s = phase["settings"]
+        end = phases[k + 1]["from_step"] if k + 1 < len(phases) else record["steps"]
+        questions = parse_questions(str(s.get("questions", 6)))
+        weights = scene_qa.parse_weights(s.get("question_weights") or "") or None
+        source = SceneConversations(None, s["seed"], s.get("image_size", 96), n_questions=questions, exclude=exclude,
+                                    weights=weights, synth_scenes=s.get("synth_scenes", 0.0),
+                                    balance_counts=s.get("balance_counts", False), say_first=s.get("say_first", False),
+                                    ramp=s.get("ramp", 0.3))
+        for step in range(max(phase["from_step"], s.get("induction_steps", 0)), end):
+            most = max_items_at(step, s["steps"], ramp=source.ramp)
+            drawn = source.draw(source.step_rng(step), s["batch_size"], most)
+            keys.update(scene_key(items) for _, _, items in drawn)
+    return keys
+
+
 def parse_questions(text: str) -> int | tuple[int, int]:
     """"6" -> 6; "8-20" -> (8, 20), drawn per conversation."""
     low, _, high = str(text).partition("-")
@@ -98,32 +123,42 @@ class SceneConversations:
         self.exclude, self.words, self.induction_steps, self.weights = exclude, words, induction_steps, weights
         self.synth_scenes, self.balance_counts, self.ramp = synth_scenes, balance_counts, ramp
 
-    def conversations(self, rng: random.Random, n: int, max_items: int = 6, scenes: list | None = None) -> list:
-        """`n` encoded-ready conversations; their scenes' items are appended to `scenes` when given."""
-        from trl.data_utils import prepare_multimodal_messages
-
-        from stepcritic.data_prep.images import to_rgb
+    def draw(self, rng: random.Random, n: int, max_items: int = 6) -> list:
+        """The next `n` scene conversations drawn from `rng`, as (messages, png bytes, items), excluded scenes
+        skipped."""
         from stepcritic.train.tiny.scene_qa import conversation
 
         out = []
         while len(out) < n:
             # a range is drawn per conversation; a plain number draws nothing, so older runs' data stay as they were
             questions = rng.randint(*self.n_questions) if isinstance(self.n_questions, tuple) else self.n_questions
-            messages, png, items = conversation(rng, questions, self.image_size, max_items=max_items,
-                                                with_items=True, weights=self.weights, synth_scenes=self.synth_scenes,
-                                                balance_counts=self.balance_counts, say_first=self.say_first)
-            if scene_key(items) in self.exclude:
-                continue
-            out.append(prepare_multimodal_messages(messages, images=[to_rgb(png)]))
-            if scenes is not None:
-                scenes.append(items)
+            drawn = conversation(rng, questions, self.image_size, max_items=max_items, with_items=True,
+                                 weights=self.weights, synth_scenes=self.synth_scenes,
+                                 balance_counts=self.balance_counts, say_first=self.say_first)
+            if scene_key(drawn[2]) not in self.exclude:
+                out.append(drawn)
         return out
+
+    def conversations(self, rng: random.Random, n: int, max_items: int = 6, scenes: list | None = None) -> list:
+        """`n` encoded-ready conversations; their scenes' items are appended to `scenes` when given."""
+        from trl.data_utils import prepare_multimodal_messages
+
+        from stepcritic.data_prep.images import to_rgb
+
+        drawn = self.draw(rng, n, max_items)
+        if scenes is not None:
+            scenes.extend(items for _, _, items in drawn)
+        return [prepare_multimodal_messages(messages, images=[to_rgb(png)]) for messages, png, _ in drawn]
+
+    def step_rng(self, step: int) -> random.Random:
+        """Batch `step`'s own random source: a resumed run draws exactly what an uninterrupted one would."""
+        return random.Random(f"stepcritic-base/{self.seed}/{step}")
 
     def batch(self, step: int, batch_size: int, steps: int = 0) -> dict:
         """Batch `step`: the encoded conversations and, when `words`, `cell_words` (images, image tokens, words),
         the vocabulary ids of what each image token shows (-100 where none) for the alignment loss (`alignment.py`).
         The first `induction_steps` batches are repeated word lists instead (`repeated_word_batch`), no image."""
-        rng, scenes = random.Random(f"stepcritic-base/{self.seed}/{step}"), []
+        rng, scenes = self.step_rng(step), []
         if step < self.induction_steps:
             return repeated_word_batch(self.processor.tokenizer, rng, 2 * batch_size)
         batch = encode(self.processor, self.conversations(rng, batch_size, max_items_at(step, steps, ramp=self.ramp),

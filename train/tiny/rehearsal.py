@@ -39,8 +39,9 @@ def draw(seed: int, k: int, weights: dict | None, say_first: bool) -> tuple:
                                  synth_scenes=1.0, say_first=say_first)
 
 
-def rows(n: int, seed: int = 0, weights: str | None = None, say_first: bool | None = None):
-    """`n` rehearsal rows ({"messages", "images"}), the scenes of the held-out chains left out."""
+def drawn(n: int, seed: int = 0, weights: str | None = None, say_first: bool | None = None):
+    """The `n` scene conversations of rows 0..n-1 as (messages, png bytes, items), the held-out chains' scenes left
+    out."""
     from stepcritic.train.tiny import base_pretrain, scene_qa
 
     settings = base_settings()
@@ -54,6 +55,12 @@ def rows(n: int, seed: int = 0, weights: str | None = None, say_first: bool | No
         if base_pretrain.scene_key(items) in excluded:
             continue
         n -= 1
+        yield messages, png, items
+
+
+def rows(n: int, seed: int = 0, weights: str | None = None, say_first: bool | None = None):
+    """`n` rehearsal rows ({"messages", "images"})."""
+    for messages, png, _ in drawn(n, seed, weights, say_first):
         yield {"messages": messages, "images": [{"bytes": png, "path": None}]}
 
 

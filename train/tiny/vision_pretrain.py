@@ -26,19 +26,32 @@ LEARNING_RATE = 2e-3
 HEADS = ("shape", "colour", "size", "row", "column")
 
 
+def draw_scenes(rng: random.Random, n: int) -> list:
+    """The items of the next `n` scenes of 1-6 shapes drawn from `rng`."""
+    from stepcritic.data_prep.render import place, random_pairs
+
+    return [place(rng, random_pairs(rng, rng.randint(1, 6))) for _ in range(n)]
+
+
+def scenes_seen(steps: int, seed: int = 0) -> list:
+    """Every scene `pretrain_vision(..., steps, seed)` trains on, drawn again (its first batch, of one scene, is the
+    first of these too)."""
+    rng = random.Random(seed)
+    return [items for _ in range(steps) for items in draw_scenes(rng, BATCH)]
+
+
 def _scene_batch(rng: random.Random, processor, n: int):
     """n rendered scenes of 1-6 shapes as pixel values, and per-cell labels (cells, [shape, colour, size, row, col])."""
     import torch
 
     from stepcritic.data_prep.images import to_rgb
-    from stepcritic.data_prep.render import COLOURS, GRID, SHAPES, SIZES, place, random_pairs, render_png
+    from stepcritic.data_prep.render import COLOURS, GRID, SHAPES, SIZES, render_png
 
     colours = list(COLOURS)
     images, labels = [], torch.zeros(n, GRID * GRID, len(HEADS), dtype=torch.long)  # 0 = empty cell
     labels[..., 3] = torch.arange(GRID * GRID) // GRID
     labels[..., 4] = torch.arange(GRID * GRID) % GRID
-    for b in range(n):
-        items = place(rng, random_pairs(rng, rng.randint(1, 6)))
+    for b, items in enumerate(draw_scenes(rng, n)):
         images.append(to_rgb(render_png(items)))
         for it in items:
             labels[b, it.row * GRID + it.col, :3] = torch.tensor(
