@@ -1,6 +1,7 @@
 """The demo's PRM judged on fresh chains, kind of step by kind of step, and how far the draw of rehearsed rows moves it.
 
-    python -m stepcritic.experiments.fresh_chains --demo demo_out --out fresh [--n 2000] [--seed 5] [--draws 1 2]
+    python -m stepcritic.experiments.fresh_chains --demo demo_out --out fresh [--n 2000] [--seed 5] [--draws 1 2] \
+        [--also OTHER_PRM_DIR]
 
 1. `stepcritic data synth --n N --seed SEED`: chains of a seed no stage of the demo uses (it trains on seed 0 and
    holds out seed 1,000). No scene (the rendered shapes) of them is among the demo's training or held-out scenes:
@@ -8,7 +9,8 @@
 2. With `--draws`: for each draw, the base's scene questions rehearsed beside the PRM's rows are drawn again with
    that seed, and the PRM is trained again on the demo's own PRM rows with them, with the demo's plan and recipe
    otherwise (`demo.prm_overrides`).
-3. `stepcritic eval --tasks critique` judges each PRM on the fresh chains, two at a time.
+3. `stepcritic eval --tasks critique` judges each PRM on the fresh chains, two at a time (with `--also`, PRMs trained
+   on the same demo data elsewhere too, such as the demo's PRM of a CPU that trains in bfloat16).
 
 Writes `OUT/results.md` and `OUT/results.json`: step F1, AUROC and AUROC on each kind of step, with bootstrap
 intervals, against the targets below, and the spread of each kind's AUROC across the draws. Every stage whose output
@@ -37,6 +39,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=5, help="their seed (default 5)")
     parser.add_argument("--draws", type=int, nargs="*", default=[],
                         help="seeds of further draws of the rehearsed rows, each a PRM trained again")
+    parser.add_argument("--also", action="append", default=[], metavar="DIR",
+                        help="another PRM trained on the same demo data (a run of the demo on another CPU path)")
     return parser
 
 
@@ -175,13 +179,14 @@ def main(argv=None) -> int:
                *(f"--{key}={value}" for key, value in overrides.items()), done=os.path.join(model, "config.json"))
         prms[f"rehearsal draw {draw}"] = model
 
+    for path in args.also:
+        prms[f"PRM of {path}"] = os.path.abspath(path)
     specs = {label: f"prm:{path},batch_size=32" for label, path in prms.items()}
     judges = [arg for spec in specs.values() for arg in ("--judge", spec)]
     run.sc("eval", "eval", "--chains", "fresh-chains", *judges, "--tasks", "critique", "--jobs", 2, "--out", "eval",
            done=d("eval", "metrics.json"))
     metrics = json.load(open(d("eval", "metrics.json")))
-    names = dict(zip(specs, metrics["judges"]))  # metrics.json keeps the judges in the order they were given
-    rows = summary(metrics, names)
+    rows = summary(metrics, specs)  # a judge is named by its spec in metrics.json
     checks = targets(rows)
     counts = metrics["breakdowns"]["step_kind"]["counts"]
     with open(d("results.json"), "w") as f:

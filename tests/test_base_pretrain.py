@@ -45,6 +45,21 @@ def test_the_curriculum_grows_scenes_then_holds():
     assert max_items_at(299, 1000) <= 6 and max_items_at(300, 1000) == 6
 
 
+def _record_scenes(monkeypatch) -> list:
+    """The keys of the scenes `scene_qa.conversation` draws from now on, in order."""
+    from stepcritic.train.tiny import scene_qa
+    from stepcritic.train.tiny.base_pretrain import scene_key
+
+    drawn, real = [], scene_qa.conversation
+
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        drawn.append(scene_key(out[2]))
+        return out
+    monkeypatch.setattr(scene_qa, "conversation", recording)
+    return drawn
+
+
 def test_excluded_scenes_are_never_drawn(fresh, monkeypatch):
     from transformers import AutoProcessor
 
@@ -56,13 +71,7 @@ def test_excluded_scenes_are_never_drawn(fresh, monkeypatch):
         return [scene_key(scene_qa.conversation(rng, 6, 96, max_items=max_items_at(step, 1000), with_items=True)[2])
                 for _ in range(n)]
     first = scenes(0, 3)
-    drawn, real = [], scene_qa.conversation
-
-    def recording(*args, **kwargs):
-        out = real(*args, **kwargs)
-        drawn.append(scene_key(out[2]))
-        return out
-    monkeypatch.setattr(scene_qa, "conversation", recording)
+    drawn = _record_scenes(monkeypatch)
     source = SceneConversations(AutoProcessor.from_pretrained(fresh), 0, 96, exclude=frozenset(first))
     source.batch(0, 3, steps=1000)
     assert drawn[:3] == first and len(drawn) == 6  # the excluded scenes came up and were passed over
@@ -216,7 +225,7 @@ def test_the_scenes_a_base_saw_are_drawn_again_phase_by_phase(fresh, monkeypatch
     # fresh chains are judged only on scenes pre-training never showed: the replay must be what the batches drew
     from transformers import AutoProcessor
 
-    from stepcritic.train.tiny import scene_qa, vision_pretrain
+    from stepcritic.train.tiny import vision_pretrain
     from stepcritic.train.tiny.base_pretrain import SceneConversations, excluded_scenes, scene_key, scenes_seen
 
     first = {"steps": 4, "vision_steps": 1, "batch_size": 2, "seed": 3, "induction_steps": 1, "say_first": True,
@@ -224,18 +233,12 @@ def test_the_scenes_a_base_saw_are_drawn_again_phase_by_phase(fresh, monkeypatch
     later = dict(first, question_weights="relation=3")
     record = {"settings": later, "steps": 4, "phases": [{"from_step": 0, "settings": first},
                                                         {"from_step": 2, "settings": later}]}
-    drawn, real = [], scene_qa.conversation
-
-    def recording(*args, **kwargs):
-        out = real(*args, **kwargs)
-        drawn.append(scene_key(out[2]))
-        return out
-    monkeypatch.setattr(scene_qa, "conversation", recording)
+    drawn = _record_scenes(monkeypatch)
     processor = AutoProcessor.from_pretrained(fresh)
     for step, weights in ((1, None), (2, {"relation": 3}), (3, {"relation": 3})):
         SceneConversations(processor, 3, 96, exclude=excluded_scenes(), weights=weights, say_first=True).batch(
             step, 2, steps=4)
-    monkeypatch.setattr(scene_qa, "conversation", real)
+    monkeypatch.undo()
     vision = {scene_key(items) for items in vision_pretrain.draw_scenes(random.Random(3), vision_pretrain.BATCH)}
     seen = scenes_seen(record)
     kept = set(drawn) - excluded_scenes()  # a held-out chain's scene drawn was passed over, as in training
