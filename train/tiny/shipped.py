@@ -224,7 +224,7 @@ class SmolLM2Base(ShippedBase):
 
     def fingerprint(self, cache_dir=None) -> str:
         """The fingerprint of the scaffold the code builds today (built and cached on first use)."""
-        from stepcritic.train.tiny.model import scaffold_path
+        from stepcritic.train.tiny.cache import scaffold_path
 
         return folder_fingerprint(scaffold_path(cache_dir))
 
@@ -252,8 +252,7 @@ class SmolLM2Base(ShippedBase):
 
     def fresh_path(self, cache_dir=None) -> str:
         """The shipped adapters merged into the scaffold: a full checkpoint in the cache, once per adapter file."""
-        from stepcritic.train.tiny.cache import default_cache_dir
-        from stepcritic.train.tiny.model import scaffold_path
+        from stepcritic.train.tiny.cache import default_cache_dir, scaffold_path
 
         scaffold = scaffold_path(cache_dir)
         digest = hashlib.sha256((self.folder / self.weights).read_bytes() + Path(scaffold).name.encode())

@@ -59,7 +59,7 @@ class TinySource:
 
             return BASES[SHIPPED[self.kind]].path()
         if self.kind == SCAFFOLD:
-            from stepcritic.train.tiny.model import scaffold_path
+            from stepcritic.train.tiny.cache import scaffold_path
 
             return scaffold_path()
         from stepcritic.train.tiny.cache import tiny_critic_path
@@ -88,7 +88,7 @@ class TinySource:
             if base.usable_for_processor():  # the processor is saved beside the weights
                 return AutoProcessor.from_pretrained(str(base.folder))
         if self.on_smollm2:
-            from stepcritic.train.tiny.model import scaffold_processor_path
+            from stepcritic.train.tiny.cache import scaffold_processor_path
 
             return AutoProcessor.from_pretrained(scaffold_processor_path())
         from stepcritic.train.tiny.model import build_config
