@@ -273,8 +273,7 @@ def main(args: argparse.Namespace) -> int:
 
     style = "check" if notes in CHECK_STYLES else "true"  # the writer is judged as it was trained
     asked = f",template={base_kind.writer_template}" if base_kind.writer_template else ""
-    # a PRM writes its notes for 32 chains at a time: 200 chains in 14 s instead of 18 s with the default 8
-    prm = f"prm:{prm_dir}{judged},batch_size=32"
+    prm = f"prm:{prm_dir}{judged}"
     roles = {"prm": prm, "writer": f"hf:{dpo_dir},{WRITER},notes={style}{asked}{judged}", "blank": f"text-only:{prm}",
              "prompted": [f"step-check:{base}{judged}", f"hf:{base},{WRITER}{judged}"],
              "trivial": ["always-correct", "random,rate=1.0,seed=0", "random,rate=0.5,seed=0", "majority"]}
