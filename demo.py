@@ -205,6 +205,15 @@ def prm_overrides(plan: dict, seed: int, base_kind: Base, data: str, output_dir:
             "output_dir": output_dir, "max_steps": plan["prm_steps"], **extra}
 
 
+def writer_overrides(plan: dict, seed: int, base_kind: Base, data: str, output_dir: str, prm_dir: str) -> dict:
+    """The critique SFT stage's recipe settings: from the trained PRM (`prm_dir`) where the base's writer starts
+    there."""
+    start = {"model_name_or_path": prm_dir} if base_kind.writer_from_prm else {}
+    return {**stage_overrides(plan, seed, base_kind), "dataset_path": os.path.join(data, "critique-sft"),
+            "output_dir": output_dir, "max_steps": plan["sft_steps"], **(GROUPED if base_kind.grouped else {}),
+            **start}
+
+
 def synthesise(plan: dict, seed: int, data: str) -> None:
     """Training chains at the plan's error rate (None: the generator's own), held-out chains always at the
     generator's own: a critic trained on more wrong steps is still judged on the standard mix."""
@@ -256,11 +265,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"  training in {'bfloat16 autocast' if common.get('bf16') else 'float32'}")
     prm_dir = stages.run("train PRM critic", _train, "prm.yaml", folder,
                          prm_overrides(plan, args.seed, base_kind, data, os.path.join(models, "prm")))
-    start = {"model_name_or_path": prm_dir} if base_kind.writer_from_prm else {}
-    sft_dir = stages.run("train critique SFT" + (" (from the PRM)" if start else ""), _train, "critique-sft.yaml",
-                         folder, dict(common, dataset_path=os.path.join(data, "critique-sft"),
-                                      output_dir=os.path.join(models, "critique-sft"), max_steps=plan["sft_steps"],
-                                      **(GROUPED if base_kind.grouped else {}), **start))
+    sft_dir = stages.run("train critique SFT" + (" (from the PRM)" if base_kind.writer_from_prm else ""), _train,
+                         "critique-sft.yaml", folder, writer_overrides(plan, args.seed, base_kind, data,
+                                                                       os.path.join(models, "critique-sft"), prm_dir))
     dpo_dir = stages.run("train critique DPO (from the SFT critic)", _train, "dpo.yaml", folder, dict(
         common, dataset_path=os.path.join(data, "critique-pref"), output_dir=os.path.join(models, "critique-dpo"),
         model_name_or_path=sft_dir, max_steps=plan["dpo_steps"],
