@@ -214,6 +214,15 @@ def writer_overrides(plan: dict, seed: int, base_kind: Base, data: str, output_d
             **start}
 
 
+def finished_plan(demo_dir: str) -> dict:
+    """The plan a finished demo folder ran (its `timings.json`); one line and exit where the folder is not one."""
+    path = os.path.join(demo_dir, "timings.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"{demo_dir}: not a finished demo folder (no timings.json)")
+    with open(path) as f:
+        return json.load(f)["plan"]
+
+
 def synthesise(plan: dict, seed: int, data: str) -> None:
     """Training chains at the plan's error rate (None: the generator's own), held-out chains always at the
     generator's own: a critic trained on more wrong steps is still judged on the standard mix."""

@@ -47,10 +47,7 @@ def stage_command(demo_dir: str, stage: str, steps: int, variant: dict, output_d
     """`stepcritic train` arguments for `steps` steps of the demo's stage into `output_dir`, with `variant` on top."""
     from stepcritic import demo
 
-    timings = os.path.join(demo_dir, "timings.json")
-    if not os.path.exists(timings):
-        raise SystemExit(f"{demo_dir}: not a finished demo folder (no timings.json)")
-    plan = json.load(open(timings))["plan"]
+    plan = demo.finished_plan(demo_dir)
     base_kind, data = demo.BASES[plan["base"]], os.path.join(demo_dir, "data")
     if stage == "prm":
         recipe, overrides = "prm", demo.prm_overrides(plan, plan["seed"], base_kind, data, output_dir)

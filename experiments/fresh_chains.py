@@ -147,10 +147,7 @@ def main(argv=None) -> int:
     from stepcritic import demo
 
     demo_dir, out = os.path.abspath(args.demo), os.path.abspath(args.out)
-    timings_path = os.path.join(demo_dir, "timings.json")
-    if not os.path.exists(timings_path):
-        raise SystemExit(f"{args.demo}: not a finished demo folder (no timings.json)")
-    plan = json.load(open(timings_path))["plan"]
+    plan = demo.finished_plan(demo_dir)
     data = os.path.join(demo_dir, "data")
     os.makedirs(out, exist_ok=True)
     run = Run(out)
