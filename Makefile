@@ -12,9 +12,8 @@ export TOKENIZERS_PARALLELISM := false
 install: $(STAMP)
 
 # torch first (torchvision is not needed: the tiny critic is a LLaVA with a SigLIP/CLIP tower, whose processor builds
-# without it), from pip's own sources unless TORCH_INDEX names one: PyPI's Linux wheel is the CUDA build (502 MiB and
-# CUDA libraries), TORCH_INDEX=https://download.pytorch.org/whl/cpu the CPU build (183 MiB); then the project with the
-# tested pin set.
+# without it), from pip's own sources unless TORCH_INDEX names one: PyPI's Linux x86-64 wheel is the CUDA build (502 MiB),
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu the CPU build (183 MiB); then the project with the tested pin set.
 TORCH_INDEX ?=
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
